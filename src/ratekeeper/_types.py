@@ -1,0 +1,231 @@
+"""The value types every layer shares: `Limit` (what is allowed) and `Decision` (what happened).
+
+Both are immutable. `Limit` validates its parameters when it is built, so an invalid limit
+never reaches a store. `Decision` is built on the hot path of every check, so it is a
+`NamedTuple` (no `__dict__`, built with one `tuple.__new__`): about six times cheaper to create
+than a frozen dataclass, which matters when a decision costs well under a microsecond.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+from ._errors import InvalidCost, InvalidLimit
+from ._rates import Rate, parse_rate
+
+__all__ = ["ALGORITHMS", "Decision", "Limit", "check_cost"]
+
+AlgorithmName = Literal[
+    "token-bucket",
+    "gcra",
+    "leaky-bucket",
+    "fixed-window",
+    "sliding-window-log",
+    "sliding-window-counter",
+]
+
+#: Every algorithm name a `Limit` accepts, with the reference it follows.
+ALGORITHMS: dict[str, str] = {
+    "token-bucket": "Go golang.org/x/time/rate AllowN: capacity `burst`, continuous refill",
+    "gcra": "the token bucket's decisions with one timestamp of state (GCRA)",
+    "leaky-bucket": "nginx limit_req: burst, nodelay, delay=D; can answer 'admit after a delay'",
+    "fixed-window": "at most N per window [kP, (k+1)P)",
+    "sliding-window-log": "at most N in any window (t-P, t]; logs admitted requests only",
+    "sliding-window-counter": "Cloudflare's estimate prev*(P-elapsed)/P + curr <= N",
+}
+
+_BUCKETS = ("token-bucket", "gcra")
+_WINDOWS = ("fixed-window", "sliding-window-log", "sliding-window-counter")
+_MAX_NAME = 200
+
+
+def _number(what: str, v: object, *, allow_zero: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InvalidLimit(f"{what} must be a number, got {v!r}")
+    f = float(v)
+    if math.isnan(f) or math.isinf(f):
+        raise InvalidLimit(f"{what} must be a finite number, got {v!r}")
+    if f < 0 or (f == 0 and not allow_zero):
+        raise InvalidLimit(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {v!r}")
+    return f
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """One limit: an algorithm, a rate and its options. Validated at construction.
+
+    - ``Limit("token-bucket", "10/s", burst=20)``: a bucket of 20 tokens refilled at 10 per
+      second (Go's ``rate.NewLimiter(10, 20)``). `burst` defaults to the rate's amount.
+    - ``Limit("gcra", "10/s", burst=20)``: the same decisions, one float of state per key.
+    - ``Limit("leaky-bucket", "10r/s", burst=20, nodelay=True)``: nginx
+      ``limit_req zone=... burst=20 nodelay``; `burst` (default 0) is how many requests may
+      queue beyond the one being served; without `nodelay`, queued requests are admitted with a
+      `Decision.delay`; ``delay=D`` lets the first D excess requests through at once.
+    - ``Limit("fixed-window", "100/minute")``, ``"sliding-window-log"``,
+      ``"sliding-window-counter"``: at most N (the rate's amount) per period P.
+
+    `name` identifies the limit's state in a store (two limits with the same name share
+    state) and is what HTTP headers and metrics call the policy; it defaults to a name built
+    from the parameters. ``scope="global"`` makes one counter shared by every key (a global
+    limit beside per-key ones in a composite check).
+    """
+
+    algorithm: str
+    rate: Rate | str
+    burst: float | None = None
+    nodelay: bool = False
+    delay: int = 0
+    name: str = ""
+    scope: Literal["key", "global"] = "key"
+
+    # Derived once here so the hot path only reads attributes.
+    per_second: float = field(init=False, repr=False, compare=False)
+    interval: float = field(init=False, repr=False, compare=False)
+    capacity: float = field(init=False, repr=False, compare=False)
+    period: float = field(init=False, repr=False, compare=False)
+    window: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if self.algorithm not in ALGORITHMS:
+            raise InvalidLimit(
+                f"unknown algorithm {self.algorithm!r}; choose one of: {', '.join(ALGORITHMS)}"
+            )
+        try:
+            rate = parse_rate(self.rate)
+        except ValueError as e:
+            raise InvalidLimit(str(e)) from None
+        set_(self, "rate", rate)
+        if self.scope not in ("key", "global"):
+            raise InvalidLimit(f"scope must be 'key' or 'global', got {self.scope!r}")
+        algo = self.algorithm
+        if algo in _BUCKETS:
+            burst = rate.amount if self.burst is None else _number("burst", self.burst)
+            if self.nodelay or self.delay:
+                raise InvalidLimit(f"nodelay/delay apply to 'leaky-bucket' only, not {algo!r}")
+            capacity = burst
+            window = burst / rate.per_second  # time for an empty bucket to fill
+        elif algo == "leaky-bucket":
+            burst = 0.0 if self.burst is None else _number("burst", self.burst, allow_zero=True)
+            if not float(burst).is_integer():
+                raise InvalidLimit(f"leaky-bucket burst counts requests; got {self.burst!r}")
+            per_milli = rate.per_second * 1000
+            if per_milli < 1:
+                raise InvalidLimit(
+                    f"leaky-bucket rate {rate} is below nginx's resolution of 1 request "
+                    "per 1000 seconds; use a faster rate or a window algorithm"
+                )
+            if isinstance(self.delay, bool) or not isinstance(self.delay, int) or self.delay < 0:
+                raise InvalidLimit(f"delay must be a whole number >= 0, got {self.delay!r}")
+            if self.nodelay and self.delay:
+                raise InvalidLimit("use either nodelay=True or delay=D, not both (as in nginx)")
+            capacity = burst + 1  # nginx admits burst+1 requests at once
+            window = capacity / rate.per_second
+        else:
+            if self.burst is not None:
+                raise InvalidLimit(
+                    f"{algo!r} takes no burst: its capacity is the rate's amount "
+                    f"({rate.amount:g} per {rate.period:g}s)"
+                )
+            if self.nodelay or self.delay:
+                raise InvalidLimit(f"nodelay/delay apply to 'leaky-bucket' only, not {algo!r}")
+            burst = None
+            capacity = float(rate.amount)
+            window = rate.period
+        set_(self, "burst", None if burst is None else float(burst))
+        set_(self, "per_second", rate.per_second)
+        set_(self, "interval", 1.0 / rate.per_second)
+        set_(self, "capacity", float(capacity))
+        set_(self, "period", float(rate.period))
+        set_(self, "window", float(window))
+        if not isinstance(self.name, str):
+            raise InvalidLimit(f"name must be a string, got {self.name!r}")
+        if not self.name:
+            set_(self, "name", self.default_name())
+        if len(self.name) > _MAX_NAME or any(c in self.name for c in "{}\n\r\0 "):
+            raise InvalidLimit(
+                f"limit name {self.name[:60]!r} must be at most {_MAX_NAME} characters with no "
+                "spaces, braces or control characters"
+            )
+
+    def default_name(self) -> str:
+        """A name built from the parameters, e.g. ``gcra-10/s-b20``."""
+        parts = [self.algorithm, str(self.rate).replace("/", "per")]
+        if self.burst is not None and self.algorithm != "fixed-window":
+            parts.append(f"b{self.burst:g}")
+        if self.nodelay:
+            parts.append("nodelay")
+        if self.delay:
+            parts.append(f"d{self.delay}")
+        if self.scope == "global":
+            parts.append("global")
+        return "-".join(parts)
+
+    @property
+    def quota(self) -> int:
+        """The whole-request quota a client sees (`q` of the RateLimit-Policy header)."""
+        return math.floor(self.capacity)
+
+    def check_cost(self, cost: float) -> float:
+        """Validate a request cost for this limit; returns it as a float."""
+        c = check_cost(cost)
+        if self.algorithm in ("sliding-window-log", "leaky-bucket") and not c.is_integer():
+            raise InvalidCost(
+                f"{self.algorithm} counts whole requests; cost must be a whole number, got {cost!r}"
+            )
+        return c
+
+
+def check_cost(cost: object) -> float:
+    """A cost must be a finite number above 0 (fractions allowed except where noted)."""
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+        raise InvalidCost(f"cost must be a number, got {cost!r}")
+    c = float(cost)
+    if not (c > 0 and c < math.inf):  # also rejects NaN
+        raise InvalidCost(f"cost must be a finite number above 0, got {cost!r}")
+    return c
+
+
+class Decision(NamedTuple):
+    """The result of one check, with everything an HTTP layer needs.
+
+    - `allowed`: the request may go ahead (after `delay` seconds).
+    - `remaining`: whole units of quota left after this decision.
+    - `retry_after`: seconds until the same request could be admitted if nothing else arrived;
+      ``0.0`` when allowed; ``None`` when the cost exceeds the limit's capacity (never).
+    - `reset_after`: seconds until the quota is full again.
+    - `delay`: seconds an admitted request should wait before it proceeds (leaky bucket
+      queueing, as nginx does); ``0.0`` otherwise.
+    - `limit`: the limit that decided (in a composite check, the most restrictive one).
+    - `degraded`: the store was unavailable and a failure policy made this decision.
+
+    ``bool(decision)`` is `allowed`.
+    """
+
+    allowed: bool
+    remaining: int
+    retry_after: float | None
+    reset_after: float
+    delay: float
+    limit: Limit | None = None
+    degraded: bool = False
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+    def __repr__(self) -> str:
+        name = self.limit.name if self.limit is not None else None
+        verdict = "allowed" if self.allowed else "rejected"
+        parts = [verdict, f"remaining={self.remaining}"]
+        if not self.allowed:
+            parts.append(f"retry_after={self.retry_after!r}")
+        if self.delay:
+            parts.append(f"delay={self.delay:g}")
+        parts.append(f"reset_after={self.reset_after:g}")
+        if name:
+            parts.append(f"limit={name!r}")
+        if self.degraded:
+            parts.append("degraded")
+        return f"Decision({', '.join(parts)})"

@@ -1,0 +1,56 @@
+"""Shared definitions for the algorithm modules.
+
+Rules every algorithm follows (the "theory of operation"):
+
+* An algorithm is three pure functions of ``(state, now, cost, limit)``; nothing here reads a
+  clock, touches a lock or does I/O. Stores keep the state and call these functions.
+* ``decide(state, now, cost, limit) -> (new_state, Decision)``. ``state`` is ``None`` for a key
+  never seen (or forgotten: every algorithm treats a fully recovered state and a missing one
+  alike, which is what makes expiry and eviction of recovered keys free). ``new_state`` is
+  ``None`` when the request is rejected: a rejected request never changes state, so it never
+  consumes quota. A store commits ``new_state`` only if it wants the request charged (a
+  `peek` or a composite check that another limit rejected simply drops it).
+* ``refund(state, now, cost, at, limit) -> state | None`` gives back `cost` that was admitted
+  at time `at` (a cancelled reservation, or a rollback); ``None`` means "forget the key".
+* ``ttl(state, now, limit) -> seconds`` until the state is equivalent to a missing key. Stores
+  use it for key expiry (Redis PEXPIRE) and to evict recovered keys first.
+* `now` is in seconds on any monotonic scale; window algorithms align windows to multiples
+  of the period on that scale (t = 0 is the epoch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from .._types import Decision, Limit
+
+__all__ = ["EPS", "NS_TOLERANCE", "Algorithm", "floor_remaining"]
+
+#: Whole-unit rounding guard: ``floor(x + EPS)`` so 2.9999999999999996 counts as 3.
+EPS = 1e-9
+
+#: Go's x/time/rate turns a token deficit into a wait with ``time.Duration`` (nanoseconds,
+#: truncated), and admits when that wait is 0. A deficit worth less than 1 ns of refill is
+#: therefore admitted; we keep exactly that tolerance, which also absorbs float noise.
+NS_TOLERANCE = 1e-9
+
+Decide = Callable[[Any, float, float, Limit], "tuple[Any, Decision]"]
+Refund = Callable[[Any, float, float, float, Limit], Any]
+Ttl = Callable[[Any, float, Limit], float]
+
+
+class Algorithm(NamedTuple):
+    """The three pure functions of one algorithm, looked up by name."""
+
+    name: str
+    decide: Decide
+    refund: Refund
+    ttl: Ttl
+
+
+def floor_remaining(x: float) -> int:
+    """Whole units left, never negative."""
+    if x <= 0:
+        return 0
+    return int(x + EPS)

@@ -1,0 +1,61 @@
+"""Fixed window: at most N (cost units) per window ``[kP, (k+1)P)``.
+
+State: ``(k, used)``: the window index and the cost admitted in it. Windows are aligned to
+multiples of the period on the clock's scale (a Redis store on the server clock aligns them
+to the Unix epoch). A request of cost ``c`` is admitted iff ``used + c <= N``; when rejected,
+``retry_after`` is the time to the next window's start (``None`` if ``c > N``).
+
+The classic weakness, shown in the docs: up to 2N can pass around a window boundary
+(N at the end of one window, N at the start of the next).
+
+Time going backwards into an earlier window keeps counting in the stored (later) window.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .._types import Decision, Limit
+from ._common import EPS, Algorithm, floor_remaining
+
+__all__ = ["ALGORITHM", "decide", "refund", "ttl"]
+
+State = tuple[int, float]
+
+
+def _window(now: float, period: float) -> int:
+    return math.floor(now / period + EPS)
+
+
+def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[State | None, Decision]:
+    n = limit.capacity
+    p = limit.period
+    k = _window(now, p)
+    used = 0.0
+    if state is not None:
+        sk, sused = state
+        if sk >= k:  # same window, or the clock went back into an earlier one
+            k, used = sk, sused
+    reset = (k + 1) * p - now
+    if used + cost <= n + EPS:
+        used += cost
+        return (k, used), Decision(True, floor_remaining(n - used), 0.0, reset, 0.0, limit)
+    retry = None if cost > n else reset
+    return None, Decision(False, floor_remaining(n - used), retry, reset if used else 0.0, 0.0, limit)
+
+
+def refund(state: State | None, now: float, cost: float, at: float, limit: Limit) -> State | None:
+    if state is None:
+        return None
+    k, used = state
+    if _window(at, limit.period) != k:
+        return state  # admitted in an earlier window: that quota has already reset
+    used -= cost
+    return (k, used) if used > EPS else None
+
+
+def ttl(state: State, now: float, limit: Limit) -> float:
+    return (state[0] + 1) * limit.period - now
+
+
+ALGORITHM = Algorithm("fixed-window", decide, refund, ttl)

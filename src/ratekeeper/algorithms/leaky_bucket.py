@@ -1,0 +1,105 @@
+"""Leaky bucket, exactly as nginx's ``limit_req`` (ngx_http_limit_req_module, 1.22).
+
+nginx keeps, per key, ``excess`` in *milli-requests* and the millisecond ``last`` it was
+updated, with the rate in milli-requests per second (``10r/s`` is 10000; ``30r/m`` is
+30000/60 = 500, integer division). For a request at ``now`` (milliseconds)::
+
+    ms     = now - last            (clamped: < -60000 counts as 1, other negatives as 0)
+    excess = excess - rate * ms / 1000 + 1000        (integer arithmetic)
+    excess = max(excess, 0)
+    reject  if excess > burst * 1000
+    delay   = (excess - delay_D * 1000) * 1000 / rate  ms, when excess > D * 1000
+
+A new key is admitted with ``excess = 0`` and no delay. ``excess`` is the queue behind the
+request being served, so ``burst=B`` admits B + 1 requests at once; ``nodelay`` serves them
+all at once; ``delay=D`` serves the first D excess requests at once and spaces out the rest.
+Only admitted requests update the state.
+
+Weighted costs (nginx has none) generalise the "+1000" to "+1000*c" after leaking, with the
+level clamped at -1000 first (one request's worth of credit, which is what nginx's clamp of
+``excess - leak + 1000`` at 0 amounts to)::
+
+    excess = max(excess - rate * ms / 1000, -1000) + 1000 * c
+
+For ``c = 1`` this is nginx's formula exactly; a drained key and a new key are the same state.
+A cost above ``burst + 1`` can never be admitted.
+
+Timeline for ``Limit("leaky-bucket", "1r/s", burst=5)`` (nginx ``burst=5``): seven requests at
+t=0: the first is served at once, the next five are admitted with delays 1, 2, 3, 4 and 5 s, the
+seventh is rejected.
+"""
+
+from __future__ import annotations
+
+from .._types import Decision, Limit
+from ._common import EPS, Algorithm
+
+__all__ = ["ALGORITHM", "decide", "params", "refund", "ttl"]
+
+State = tuple[int, int]  # (excess in milli-requests, last update in ms)
+
+_NEVER = 1 << 62  # nodelay: no excess is ever delayed
+
+
+def params(limit: Limit) -> tuple[int, int, int]:
+    """(rate in milli-requests per second, burst in milli-requests, delay threshold)."""
+    rate = int(limit.per_second * 1000 + EPS)
+    burst = int((limit.burst or 0) * 1000)
+    threshold = _NEVER if limit.nodelay else limit.delay * 1000
+    return rate, burst, threshold
+
+
+def _level(state: State | None, now_ms: int, rate: int) -> tuple[int, int]:
+    """The leaked level at `now_ms` (>= -1000) and the ms the state would be stamped with."""
+    if state is None:
+        return -1000, now_ms
+    excess, last = state
+    ms = now_ms - last
+    if ms < -60000:
+        ms = 1
+    elif ms < 0:
+        ms = 0
+    level = excess - rate * ms // 1000
+    return (level if level > -1000 else -1000), (now_ms if ms else last)
+
+
+def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[State | None, Decision]:
+    rate, burst, threshold = params(limit)
+    now_ms = round(now * 1000)
+    level, stamp = _level(state, now_ms, rate)
+    c = round(cost) * 1000
+    excess = level + c
+    if excess < 0:
+        excess = 0
+    if excess <= burst:
+        delay = 0.0 if excess <= threshold else ((excess - threshold) * 1000 // rate) / 1000
+        remaining = (burst - excess) // 1000
+        reset = (excess + 1000) / rate  # seconds until drained to rest (level -1000)
+        return (excess, stamp), Decision(True, remaining, 0.0, reset, delay, limit)
+    if c - 1000 > burst:
+        retry = None  # even an idle bucket cannot take this cost
+    else:
+        # Need rate * T // 1000 >= need (T in ms from last); solve for the smallest T.
+        excess0, last = state if state is not None else (0, now_ms)
+        need = excess0 + c - burst
+        wait_ms = -(-need * 1000 // rate)
+        retry = max(0.0, (last + wait_ms - now_ms) / 1000)
+    remaining = max(0, (burst - level) // 1000)
+    return None, Decision(False, remaining, retry, (level + 1000) / rate, 0.0, limit)
+
+
+def refund(state: State | None, now: float, cost: float, at: float, limit: Limit) -> State | None:
+    if state is None:
+        return None
+    excess, last = state
+    excess -= round(cost) * 1000
+    return (excess if excess > -1000 else -1000), last
+
+
+def ttl(state: State, now: float, limit: Limit) -> float:
+    rate = params(limit)[0]
+    excess, last = state
+    return last / 1000 + (excess + 1000) / rate - now
+
+
+ALGORITHM = Algorithm("leaky-bucket", decide, refund, ttl)

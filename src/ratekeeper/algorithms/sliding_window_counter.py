@@ -1,0 +1,93 @@
+"""Sliding-window counter: Cloudflare's weighted estimate of a sliding window.
+
+Two fixed-window counters, the previous window's ``prev`` and the current one's ``curr``,
+estimate the cost admitted in the last period by assuming ``prev`` was spread evenly::
+
+    estimate(t) = prev * (P - elapsed) / P + curr        elapsed = t - current window start
+
+A request of cost ``c`` is admitted iff ``estimate + c <= N``. It needs three numbers of state
+(``(k, prev, curr)``) whatever the traffic, and Cloudflare measured it within a few percent
+of an exact sliding log on real traffic.
+
+``retry_after`` solves the estimate for the earliest time the request fits: within the current
+window if ``curr + c <= N``, else in the next one (where ``prev`` becomes ``curr``), and at
+worst at the start of the window after that (where the estimate is 0).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .._types import Decision, Limit
+from ._common import EPS, Algorithm, floor_remaining
+
+__all__ = ["ALGORITHM", "decide", "refund", "ttl"]
+
+State = tuple[int, float, float]  # (window index k, prev, curr)
+
+
+def _roll(state: State | None, now: float, p: float) -> tuple[int, float, float]:
+    k = math.floor(now / p + EPS)
+    if state is None:
+        return k, 0.0, 0.0
+    sk, prev, curr = state
+    if k == sk:
+        return k, prev, curr
+    if k == sk + 1:
+        return k, curr, 0.0
+    if k > sk:
+        return k, 0.0, 0.0
+    return sk, prev, curr  # clock went back into an earlier window: keep the stored one
+
+
+def _estimate(k: int, prev: float, curr: float, now: float, p: float) -> float:
+    elapsed = now - k * p
+    if elapsed < 0:
+        elapsed = 0.0
+    return prev * (p - elapsed) / p + curr
+
+
+def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[State | None, Decision]:
+    n = limit.capacity
+    p = limit.period
+    k, prev, curr = _roll(state, now, p)
+    est = _estimate(k, prev, curr, now, p)
+    start = k * p
+    if est + cost <= n + EPS:
+        curr += cost
+        reset = (start + 2 * p if curr else start + p) - now
+        return (k, prev, curr), Decision(True, floor_remaining(n - est - cost), 0.0, reset, 0.0, limit)
+    retry: float | None = None
+    if cost <= n:
+        if curr + cost <= n:
+            # prev * (P - e) / P <= N - curr - c  =>  e >= P - (N - curr - c) * P / prev
+            e = p - (n - curr - cost) * p / prev
+            retry = start + e - now
+        else:
+            # next window: curr * (P - e) / P + c <= N  =>  e >= P - (N - c) * P / curr
+            e = p - (n - cost) * p / curr
+            retry = start + p + e - now
+        retry = max(retry, 0.0)
+    reset = (start + 2 * p if curr else start + p if prev else now) - now
+    return None, Decision(False, floor_remaining(n - est), retry, reset, 0.0, limit)
+
+
+def refund(state: State | None, now: float, cost: float, at: float, limit: Limit) -> State | None:
+    if state is None:
+        return None
+    k, prev, curr = state
+    ak = math.floor(at / limit.period + EPS)
+    if ak == k:
+        curr = max(0.0, curr - cost)
+    elif ak == k - 1:
+        prev = max(0.0, prev - cost)
+    return (k, prev, curr) if (prev > EPS or curr > EPS) else None
+
+
+def ttl(state: State, now: float, limit: Limit) -> float:
+    k, prev, curr = state
+    p = limit.period
+    return (k + (2 if curr else 1)) * p - now
+
+
+ALGORITHM = Algorithm("sliding-window-counter", decide, refund, ttl)

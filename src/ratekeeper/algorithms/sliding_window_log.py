@@ -1,0 +1,77 @@
+"""Sliding-window log: at most N (cost units) admitted in any window ``(t - P, t]``.
+
+State: a tuple of ``(timestamp, cost)`` entries of *admitted* requests, oldest first. Entries
+older than ``now - P`` are dropped on every decision. Rejected requests are never logged (the
+chapter's pitfall: logging them would keep a hammering client locked out forever and grow
+memory without bound), so the log never holds more than N entries (costs are whole numbers
+>= 1), and requests at the same instant share one entry.
+
+``retry_after`` for a rejected request is when enough admitted cost has slid out: entry ``i``
+leaves the window at ``ts_i + P``, so it is the earliest ``ts_i + P - now`` after which the
+remaining entries plus ``c`` fit in N.
+"""
+
+from __future__ import annotations
+
+from .._types import Decision, Limit
+from ._common import EPS, Algorithm, floor_remaining
+
+__all__ = ["ALGORITHM", "decide", "refund", "ttl"]
+
+State = tuple[tuple[float, float], ...]
+
+
+def _live(state: State | None, now: float, period: float) -> State:
+    if not state:
+        return ()
+    cutoff = now - period
+    i = 0
+    for i, (ts, _) in enumerate(state):  # noqa: B007 (the index is the result)
+        if ts > cutoff:
+            return state[i:] if i else state
+    return ()
+
+
+def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[State | None, Decision]:
+    n = limit.capacity
+    p = limit.period
+    log = _live(state, now, p)
+    used = sum(c for _, c in log)
+    if used + cost <= n + EPS:
+        if log and log[-1][0] == now:
+            new = (*log[:-1], (now, log[-1][1] + cost))
+        else:
+            new = (*log, (now, cost))
+        return new, Decision(True, floor_remaining(n - used - cost), 0.0, new[-1][0] + p - now, 0.0, limit)
+    retry: float | None = None
+    if cost <= n:
+        freed = 0.0
+        for ts, c in log:
+            freed += c
+            if used - freed + cost <= n + EPS:
+                retry = ts + p - now
+                break
+    reset = log[-1][0] + p - now if log else 0.0
+    return None, Decision(False, floor_remaining(n - used), retry, reset, 0.0, limit)
+
+
+def refund(state: State | None, now: float, cost: float, at: float, limit: Limit) -> State | None:
+    """Remove `cost` from the entry logged at `at` (or, if it is gone, nothing)."""
+    if not state:
+        return None
+    out = []
+    for ts, c in state:
+        if ts == at and cost > 0:
+            take = min(c, cost)
+            c -= take
+            cost -= take
+        if c > EPS:
+            out.append((ts, c))
+    return tuple(out) or None
+
+
+def ttl(state: State, now: float, limit: Limit) -> float:
+    return state[-1][0] + limit.period - now if state else 0.0
+
+
+ALGORITHM = Algorithm("sliding-window-log", decide, refund, ttl)

@@ -1,0 +1,73 @@
+"""Token bucket, exactly as Go's ``golang.org/x/time/rate`` ``AllowN(t, n)``.
+
+A bucket holds up to ``b = limit.burst`` tokens and starts full. Tokens refill continuously at
+``r = limit.per_second`` per second, capped at ``b``. A request of cost ``c`` at time ``t`` is
+admitted iff the bucket holds at least ``c`` tokens then; admitting takes ``c`` tokens.
+
+State: ``(tokens, last)``: the token count at time ``last`` (seconds).
+
+Edge values, as in rate.go:
+
+* ``c > b`` is never admitted (``retry_after`` is ``None``), whatever the state.
+* Time going backwards (``now < last``) refills nothing; it does not un-refill either.
+  (Go additionally moves ``last`` back on a rejection; we never write state on a rejection, so
+  that rejected requests provably change nothing. The two agree whenever time is monotonic.)
+* A deficit worth less than one nanosecond of refill is admitted (Go's ``Duration``
+  truncation); see `NS_TOLERANCE`.
+
+Timeline for ``Limit("token-bucket", "1/s", burst=3)``: at t=0 three requests pass and the
+fourth gets ``retry_after=1.0``; at t=1 one passes; at t=10 the bucket is full again (3).
+"""
+
+from __future__ import annotations
+
+from .._types import Decision, Limit
+from ._common import NS_TOLERANCE, Algorithm, floor_remaining
+
+State = tuple[float, float]
+
+__all__ = ["ALGORITHM", "decide", "refund", "ttl"]
+
+
+def _tokens(state: State | None, now: float, limit: Limit) -> tuple[float, float]:
+    """Tokens at `now` and the time they refer to (advance(), in rate.go)."""
+    b = limit.capacity
+    if state is None:
+        return b, now
+    tokens, last = state
+    if now < last:
+        # Clock went backwards: count no time as passed, and keep `last` where it was.
+        return tokens, last
+    tokens += (now - last) * limit.per_second
+    return (b if tokens > b else tokens), now
+
+
+def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[State | None, Decision]:
+    r = limit.per_second
+    b = limit.capacity
+    tokens, at = _tokens(state, now, limit)
+    left = tokens - cost
+    if cost <= b and (left >= 0 or -left / r < NS_TOLERANCE):
+        # reset_after: time for the remaining deficit (b - left) to refill.
+        return (left, at), Decision(True, floor_remaining(left), 0.0, (b - left) / r, 0.0, limit)
+    # retry_after: the deficit (c - tokens) refills at r per second; never if c exceeds b.
+    retry = None if cost > b else -left / r
+    return None, Decision(False, floor_remaining(tokens), retry, (b - tokens) / r, 0.0, limit)
+
+
+def refund(state: State | None, now: float, cost: float, at: float, limit: Limit) -> State | None:
+    """Give `cost` tokens back (capped at the capacity). `at` does not matter for a bucket."""
+    if state is None:
+        return None
+    tokens, t = _tokens(state, now, limit)
+    tokens += cost
+    return None if tokens >= limit.capacity else (tokens, t)
+
+
+def ttl(state: State, now: float, limit: Limit) -> float:
+    """Seconds until the bucket is full again (then the state equals a missing key)."""
+    tokens, last = state
+    return last + (limit.capacity - tokens) / limit.per_second - now
+
+
+ALGORITHM = Algorithm("token-bucket", decide, refund, ttl)

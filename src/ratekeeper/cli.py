@@ -1,0 +1,201 @@
+"""The `ratekeeper` command.
+
+    ratekeeper simulate ALGORITHM --rate RATE [--burst N] [--nodelay | --delay D]
+                        [--store URL] --trace FILE|- [--summary] [--events]
+
+`simulate` replays a JSON Lines trace of ``{"t": seconds, "key": "...", "cost": 1}`` events
+through a policy on the trace's own clock and prints one JSON object per event, in order:
+``allowed``, ``remaining``, ``retry_after`` (0 when allowed, null when the cost can never be
+admitted), ``reset_after`` and ``delay``. It answers "what would this policy have done to
+this traffic?" before you deploy it; with ``--store redis://...`` the same replay runs
+through the Redis scripts (on the trace's clock, so the answers must be identical).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any
+
+from ._errors import RateKeeperError
+from ._types import ALGORITHMS, Decision, Limit
+from .limiter import Limiter
+from .stores.memory import MemoryStore
+from .testing import ManualClock
+
+__all__ = ["main"]
+
+#: Extra subcommands registered by optional modules: name -> (add_arguments, run).
+_EXTRA: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
+
+
+def _json_number(x: float | None) -> float | int | None:
+    if x is None:
+        return None
+    return round(x, 9)
+
+
+def decision_json(d: Decision) -> dict[str, Any]:
+    """The JSON form of a decision (as `simulate` and the decision service print it)."""
+    return {
+        "allowed": d.allowed,
+        "remaining": d.remaining,
+        "retry_after": 0 if d.allowed else _json_number(d.retry_after),
+        "reset_after": _json_number(d.reset_after),
+        "delay": _json_number(d.delay) if d.allowed else None,
+        "limit": d.limit.name if d.limit is not None else None,
+    }
+
+
+def _events(stream: IO[str]) -> Iterator[tuple[int, dict[str, Any] | str]]:
+    for lineno, line in enumerate(stream, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            ev = json.loads(line)
+        except ValueError as e:
+            yield lineno, f"line {lineno}: not JSON ({e}): {line[:80]!r}"
+            continue
+        if not isinstance(ev, dict):
+            yield lineno, f"line {lineno}: expected an object like {{\"t\": 0.5, \"key\": \"a\"}}"
+            continue
+        yield lineno, ev
+
+
+def _open_store(url: str | None) -> Any:
+    if url is None:
+        return MemoryStore()
+    try:
+        from .stores.redis import RedisStore  # noqa: PLC0415 (optional extra)
+    except ImportError as e:
+        raise SystemExit(f"ratekeeper: --store needs the Redis store: {e}") from None
+    # A fresh namespace per run, on the trace's clock; keys expire on their own.
+    prefix = f"rk-sim-{uuid.uuid4().hex[:12]}:"
+    return RedisStore.from_url(url, prefix=prefix, client_clock=True)
+
+
+def simulate(args: argparse.Namespace) -> int:
+    try:
+        limit = Limit(
+            args.algorithm, args.rate, burst=args.burst, nodelay=args.nodelay,
+            delay=args.delay or 0, name="simulated",
+        )
+    except RateKeeperError as e:
+        print(f"ratekeeper simulate: {e}", file=sys.stderr)
+        return 2
+    clock = ManualClock()
+    store = _open_store(args.store)
+    limiter = Limiter(limit, store, clock=clock, failure="raise")
+    stream: IO[str] = sys.stdin if args.trace == "-" else open(args.trace, encoding="utf-8")  # noqa: SIM115
+    show_events = args.events or not args.summary
+    per_key: dict[str, list[int]] = {}
+    errors = 0
+    out = sys.stdout
+    try:
+        for lineno, ev in _events(stream):
+            if isinstance(ev, str):
+                errors += 1
+                print(json.dumps({"error": ev}), file=out)
+                continue
+            try:
+                t = ev.get("t", clock.now)
+                if isinstance(t, bool) or not isinstance(t, (int, float)):
+                    raise ValueError(f"\"t\" must be a number of seconds, got {t!r}")
+                key = ev.get("key", "default")
+                cost = ev.get("cost", 1)
+                clock.set(float(t))
+                d = limiter.hit(str(key) if isinstance(key, (int, float)) else key, cost)
+            except (RateKeeperError, ValueError) as e:
+                errors += 1
+                print(json.dumps({"error": f"line {lineno}: {e}"}), file=out)
+                continue
+            if show_events:
+                print(json.dumps(decision_json(d)), file=out)
+            row = per_key.setdefault(str(key), [0, 0, 0])
+            row[0 if d.allowed and not d.delay else 1 if d.allowed else 2] += 1
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+    if args.summary:
+        _print_summary(per_key, limit, out)
+    if errors:
+        print(f"ratekeeper simulate: {errors} event(s) could not be replayed", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_summary(per_key: dict[str, list[int]], limit: Limit, out: IO[str]) -> None:
+    width = max([len("key"), *(len(k) for k in per_key)])
+    print(f"policy: {limit.algorithm} {limit.rate}"
+          + (f" burst={limit.burst:g}" if limit.burst is not None else ""), file=out)
+    print(f"{'key':<{width}}  {'admitted':>8}  {'delayed':>7}  {'rejected':>8}", file=out)
+    tot = [0, 0, 0]
+    for k in sorted(per_key):
+        a, dl, r = per_key[k]
+        tot = [tot[0] + a, tot[1] + dl, tot[2] + r]
+        print(f"{k:<{width}}  {a:>8}  {dl:>7}  {r:>8}", file=out)
+    print(f"{'total':<{width}}  {tot[0]:>8}  {tot[1]:>7}  {tot[2]:>8}", file=out)
+
+
+def _add_simulate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("algorithm", choices=list(ALGORITHMS), help="the algorithm to replay")
+    p.add_argument("--rate", required=True, help='e.g. "10/s", "100/minute", "3/2s", "10r/s"')
+    p.add_argument("--burst", type=float, default=None,
+                   help="bucket capacity (token-bucket, gcra) or nginx burst (leaky-bucket)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--nodelay", action="store_true", help="leaky-bucket: nginx nodelay")
+    g.add_argument("--delay", type=int, default=None, help="leaky-bucket: nginx delay=D")
+    p.add_argument("--store", default=None, help="replay through a store, e.g. redis://127.0.0.1:6379/0")
+    p.add_argument("--trace", required=True, help="JSON Lines file of events, or - for stdin")
+    p.add_argument("--summary", action="store_true",
+                   help="print admitted/delayed/rejected per key instead of one line per event")
+    p.add_argument("--events", action="store_true", help="with --summary: print the events too")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ratekeeper", description="Exact rate limiting.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("simulate", help="replay a trace of requests through a policy")
+    _add_simulate(p)
+    p.set_defaults(run=simulate)
+    for name, (add, run) in _EXTRA.items():
+        sp = sub.add_parser(name)
+        add(sp)
+        sp.set_defaults(run=run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _load_extras()
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def _load_extras() -> None:
+    """Register subcommands of optional modules that are importable."""
+    import importlib  # noqa: PLC0415
+
+    for mod in ("ratekeeper.stores._cli", "ratekeeper.service._cli"):
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            continue
+
+
+def register(name: str, add: Callable[[argparse.ArgumentParser], None],
+             run: Callable[[argparse.Namespace], int]) -> None:
+    """Add a subcommand (used by optional modules: `inspect`, `serve`, `check-config`)."""
+    _EXTRA[name] = (add, run)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,251 @@
+"""In-memory store: thread-safe, usable from asyncio, bounded like an nginx zone.
+
+Layout: one plain ``dict`` per limit name, mapping a key to that algorithm's state (for GCRA a
+single float: the whole per-key cost is a dict entry, the key string and one float). Dicts
+keep insertion order, and every decision re-inserts the key it touched, so iteration order is
+least-recently-used first: the dict *is* the LRU list, with no per-key overhead beyond it.
+
+Bounds (``max_keys``, per limit, like an nginx zone per ``limit_req_zone``): when a table grows
+past it, the store evicts a batch of keys from the least-recently-used end, taking keys whose
+state has fully recovered first (forgetting them changes no future decision: a missing key
+and a recovered one are the same state) and then the least recently used ones. Evicting a key
+that has *not* recovered forgets what it consumed: its next request starts from a fresh
+(full) state, so that key may briefly get up to one extra burst. Size ``max_keys`` so that
+this only happens under a flood of distinct keys (nginx: "if the zone storage is exhausted,
+the least recently used state is removed").
+
+Idle keys expire: every `sweep_every` new keys, the oldest entries are checked and recovered
+ones dropped, so a table shrinks back after traffic moves on. `sweep()` drops every
+recovered key at once.
+
+Concurrency: one lock per store, held only while the pure function runs (well under a
+microsecond); correct with free-threaded Python. The async methods run the same code without
+awaiting anything, so they never block the event loop for longer than that.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._errors import InvalidLimit
+from .._types import Decision, Limit
+from ..algorithms import get as get_algorithm
+from ._base import Check
+
+__all__ = ["MemoryStore"]
+
+
+class _Table:
+    """State of one limit: key -> algorithm state, in least-recently-used-first order."""
+
+    __slots__ = ("data", "decide", "inserts", "limit", "refund", "ttl")
+
+    def __init__(self, limit: Limit) -> None:
+        algo = get_algorithm(limit.algorithm)
+        self.limit = limit
+        self.decide = algo.decide
+        self.refund = algo.refund
+        self.ttl = algo.ttl
+        self.data: dict[str, Any] = {}
+        self.inserts = 0
+
+
+class MemoryStore:
+    """Keeps limiter state in this process. See the module docstring for the bounds."""
+
+    default_clock: Callable[[], float] = staticmethod(time.monotonic)
+    uses_client_clock = True
+
+    def __init__(self, max_keys: int = 1_000_000, *, sweep_every: int = 1024) -> None:
+        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+            raise InvalidLimit(f"max_keys must be a whole number >= 1, got {max_keys!r}")
+        self.max_keys = max_keys
+        self.sweep_every = max(1, sweep_every)
+        # Evict in batches: scanning from the LRU end walks over slots freed by earlier
+        # deletions until the dict compacts, so one scan per batch keeps eviction O(1)
+        # amortised instead of O(n) per key.
+        self._batch = max(1, min(4096, max_keys // 64))
+        self._tables: dict[str, _Table] = {}
+        self._lock = threading.Lock()
+        self.evicted = 0  # keys dropped before they had recovered (see module docstring)
+        self.expired = 0  # recovered keys dropped
+
+    def __repr__(self) -> str:
+        sizes = {name: len(t.data) for name, t in self._tables.items()}
+        return f"MemoryStore(max_keys={self.max_keys}, keys={sizes}, evicted={self.evicted})"
+
+    # -- table management ----------------------------------------------------------
+
+    def _table(self, limit: Limit) -> _Table:
+        t = self._tables.get(limit.name)
+        if t is None or t.limit != limit:
+            with self._lock:
+                t = self._tables.get(limit.name)
+                if t is None:
+                    t = self._tables[limit.name] = _Table(limit)
+                elif t.limit != limit:
+                    # Same name, new parameters (a reloaded policy): keep the state, which
+                    # every algorithm reads against the new parameters.
+                    t = self._tables[limit.name] = _copy_table(t, limit)
+        return t
+
+    def __len__(self) -> int:
+        return sum(len(t.data) for t in self._tables.values())
+
+    def keys(self, limit: Limit) -> int:
+        """Number of keys held for `limit`."""
+        t = self._tables.get(limit.name)
+        return len(t.data) if t else 0
+
+    def state(self, limit: Limit, key: str) -> Any:
+        """The raw algorithm state of `key` (``None`` if absent), for inspection and tests."""
+        t = self._tables.get(limit.name)
+        return None if t is None else t.data.get(key)
+
+    # -- eviction and expiry (called with the lock held) -----------------------------
+
+    def _after_insert(self, t: _Table, now: float) -> None:
+        t.inserts += 1
+        data = t.data
+        if len(data) > self.max_keys:
+            self._evict(t, now, len(data) - self.max_keys + self._batch)
+        elif t.inserts % self.sweep_every == 0:
+            self._expire_oldest(t, now, self._batch)
+
+    def _evict(self, t: _Table, now: float, need: int) -> None:
+        data, ttl, limit = t.data, t.ttl, t.limit
+        scan = list(itertools.islice(data.items(), need * 2))
+        recovered = [k for k, s in scan if ttl(s, now, limit) <= 0]
+        for k in recovered[:need]:
+            del data[k]
+        self.expired += min(need, len(recovered))
+        short = need - len(recovered)
+        if short > 0:
+            gone = set(recovered)
+            for k, _ in scan:
+                if short <= 0:
+                    break
+                if k not in gone:
+                    del data[k]
+                    short -= 1
+                    self.evicted += 1
+
+    def _expire_oldest(self, t: _Table, now: float, n: int) -> None:
+        data, ttl, limit = t.data, t.ttl, t.limit
+        dead = [k for k, s in itertools.islice(data.items(), n) if ttl(s, now, limit) <= 0]
+        for k in dead:
+            del data[k]
+        self.expired += len(dead)
+
+    def sweep(self, now: float | None = None) -> int:
+        """Drop every key whose state has fully recovered; returns how many."""
+        now = self.default_clock() if now is None else now
+        n = 0
+        with self._lock:
+            for t in self._tables.values():
+                dead = [k for k, s in t.data.items() if t.ttl(s, now, t.limit) <= 0]
+                for k in dead:
+                    del t.data[k]
+                n += len(dead)
+        self.expired += n
+        return n
+
+    # -- the Store protocol ----------------------------------------------------------
+
+    def decide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision:
+        t = self._tables.get(limit.name)
+        if t is None or t.limit is not limit:
+            t = self._table(limit)
+        data = t.data
+        lock = self._lock
+        lock.acquire()
+        try:
+            # pop + re-insert moves the key to the most-recently-used end.
+            state = data.pop(key, None)
+            try:
+                new, decision = t.decide(state, now, cost, limit)
+            except BaseException:
+                if state is not None:
+                    data[key] = state  # lose nothing, whatever went wrong
+                raise
+            if new is not None:
+                data[key] = new
+                if state is None:
+                    self._after_insert(t, now)
+            elif state is not None:
+                data[key] = state
+        finally:
+            lock.release()
+        return decision
+
+    def decide(
+        self, checks: Sequence[Check], now: float, consume: bool = True
+    ) -> tuple[list[Decision], float]:
+        tables = [self._table(limit) for limit, _, _ in checks]
+        with self._lock:
+            results = []
+            allowed = True
+            for t, (limit, key, cost) in zip(tables, checks):
+                new, decision = t.decide(t.data.get(key), now, cost, limit)
+                results.append((new, decision))
+                allowed = allowed and decision.allowed
+            if consume and allowed:
+                for t, (_, key, _), (new, _) in zip(tables, checks, results):
+                    fresh = key not in t.data
+                    t.data.pop(key, None)
+                    t.data[key] = new
+                    if fresh:
+                        self._after_insert(t, now)
+        return [d for _, d in results], now
+
+    def refund(self, checks: Sequence[Check], now: float, at: float) -> None:
+        tables = [self._table(limit) for limit, _, _ in checks]
+        with self._lock:
+            for t, (limit, key, cost) in zip(tables, checks):
+                state = t.data.get(key)
+                if state is None:
+                    continue
+                new = t.refund(state, now, cost, at, limit)
+                if new is None:
+                    del t.data[key]
+                else:
+                    t.data[key] = new
+
+    def reset(self, limits: Sequence[Limit], key: str) -> None:
+        with self._lock:
+            for limit in limits:
+                t = self._tables.get(limit.name)
+                if t is not None:
+                    t.data.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget every key of every limit."""
+        with self._lock:
+            self._tables.clear()
+
+    # -- the AsyncStore protocol: same code, nothing to await ---------------------------
+
+    async def adecide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision:
+        return self.decide_one(limit, key, cost, now)
+
+    async def adecide(
+        self, checks: Sequence[Check], now: float, consume: bool = True
+    ) -> tuple[list[Decision], float]:
+        return self.decide(checks, now, consume)
+
+    async def arefund(self, checks: Sequence[Check], now: float, at: float) -> None:
+        self.refund(checks, now, at)
+
+    async def areset(self, limits: Sequence[Limit], key: str) -> None:
+        self.reset(limits, key)
+
+
+def _copy_table(old: _Table, limit: Limit) -> _Table:
+    new = _Table(limit)
+    new.data = old.data
+    new.inserts = old.inserts
+    return new
