@@ -29,7 +29,9 @@ from .testing import ManualClock
 __all__ = ["main"]
 
 #: Extra subcommands registered by optional modules: name -> (add_arguments, run).
-_EXTRA: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
+_EXTRA: dict[
+    str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+] = {}
 
 
 def _json_number(x: float | None) -> float | int | None:
@@ -51,8 +53,8 @@ def decision_json(d: Decision) -> dict[str, Any]:
 
 
 def _events(stream: IO[str]) -> Iterator[tuple[int, dict[str, Any] | str]]:
-    for lineno, line in enumerate(stream, 1):
-        line = line.strip()
+    for lineno, raw in enumerate(stream, 1):
+        line = raw.strip()
         if not line or line.startswith("#"):
             continue
         try:
@@ -61,7 +63,7 @@ def _events(stream: IO[str]) -> Iterator[tuple[int, dict[str, Any] | str]]:
             yield lineno, f"line {lineno}: not JSON ({e}): {line[:80]!r}"
             continue
         if not isinstance(ev, dict):
-            yield lineno, f"line {lineno}: expected an object like {{\"t\": 0.5, \"key\": \"a\"}}"
+            yield lineno, f'line {lineno}: expected an object like {{"t": 0.5, "key": "a"}}'
             continue
         yield lineno, ev
 
@@ -70,7 +72,7 @@ def _open_store(url: str | None) -> Any:
     if url is None:
         return MemoryStore()
     try:
-        from .stores.redis import RedisStore  # noqa: PLC0415 (optional extra)
+        from .stores.redis import RedisStore  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
     except ImportError as e:
         raise SystemExit(f"ratekeeper: --store needs the Redis store: {e}") from None
     # A fresh namespace per run, on the trace's clock; keys expire on their own.
@@ -81,8 +83,12 @@ def _open_store(url: str | None) -> Any:
 def simulate(args: argparse.Namespace) -> int:
     try:
         limit = Limit(
-            args.algorithm, args.rate, burst=args.burst, nodelay=args.nodelay,
-            delay=args.delay or 0, name="simulated",
+            args.algorithm,
+            args.rate,
+            burst=args.burst,
+            nodelay=args.nodelay,
+            delay=args.delay or 0,
+            name="simulated",
         )
     except RateKeeperError as e:
         print(f"ratekeeper simulate: {e}", file=sys.stderr)
@@ -104,7 +110,7 @@ def simulate(args: argparse.Namespace) -> int:
             try:
                 t = ev.get("t", clock.now)
                 if isinstance(t, bool) or not isinstance(t, (int, float)):
-                    raise ValueError(f"\"t\" must be a number of seconds, got {t!r}")
+                    raise ValueError(f'"t" must be a number of seconds, got {t!r}')
                 key = ev.get("key", "default")
                 cost = ev.get("cost", 1)
                 clock.set(float(t))
@@ -130,8 +136,11 @@ def simulate(args: argparse.Namespace) -> int:
 
 def _print_summary(per_key: dict[str, list[int]], limit: Limit, out: IO[str]) -> None:
     width = max([len("key"), *(len(k) for k in per_key)])
-    print(f"policy: {limit.algorithm} {limit.rate}"
-          + (f" burst={limit.burst:g}" if limit.burst is not None else ""), file=out)
+    print(
+        f"policy: {limit.algorithm} {limit.rate}"
+        + (f" burst={limit.burst:g}" if limit.burst is not None else ""),
+        file=out,
+    )
     print(f"{'key':<{width}}  {'admitted':>8}  {'delayed':>7}  {'rejected':>8}", file=out)
     tot = [0, 0, 0]
     for k in sorted(per_key):
@@ -144,15 +153,24 @@ def _print_summary(per_key: dict[str, list[int]], limit: Limit, out: IO[str]) ->
 def _add_simulate(p: argparse.ArgumentParser) -> None:
     p.add_argument("algorithm", choices=list(ALGORITHMS), help="the algorithm to replay")
     p.add_argument("--rate", required=True, help='e.g. "10/s", "100/minute", "3/2s", "10r/s"')
-    p.add_argument("--burst", type=float, default=None,
-                   help="bucket capacity (token-bucket, gcra) or nginx burst (leaky-bucket)")
+    p.add_argument(
+        "--burst",
+        type=float,
+        default=None,
+        help="bucket capacity (token-bucket, gcra) or nginx burst (leaky-bucket)",
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--nodelay", action="store_true", help="leaky-bucket: nginx nodelay")
     g.add_argument("--delay", type=int, default=None, help="leaky-bucket: nginx delay=D")
-    p.add_argument("--store", default=None, help="replay through a store, e.g. redis://127.0.0.1:6379/0")
+    p.add_argument(
+        "--store", default=None, help="replay through a store, e.g. redis://127.0.0.1:6379/0"
+    )
     p.add_argument("--trace", required=True, help="JSON Lines file of events, or - for stdin")
-    p.add_argument("--summary", action="store_true",
-                   help="print admitted/delayed/rejected per key instead of one line per event")
+    p.add_argument(
+        "--summary",
+        action="store_true",
+        help="print admitted/delayed/rejected per key instead of one line per event",
+    )
     p.add_argument("--events", action="store_true", help="with --summary: print the events too")
 
 
@@ -191,8 +209,11 @@ def _load_extras() -> None:
             continue
 
 
-def register(name: str, add: Callable[[argparse.ArgumentParser], None],
-             run: Callable[[argparse.Namespace], int]) -> None:
+def register(
+    name: str,
+    add: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+) -> None:
     """Add a subcommand (used by optional modules: `inspect`, `serve`, `check-config`)."""
     _EXTRA[name] = (add, run)
 

@@ -118,7 +118,7 @@ class _LimiterCore:
                     f"a key must be a string, got {type(key).__name__} {key!r:.60}; "
                     "convert it (str(user_id)) or use a key function that returns a string"
                 )
-        k = cast(str, key)
+        k = key
         if not k:
             raise InvalidKey("a key must not be empty")
         if len(k) > self.max_key_length:
@@ -144,10 +144,10 @@ class _LimiterCore:
         return (
             self._single is not None
             and cost.__class__ is int
-            and cast(int, cost) > 0
+            and cost > 0
             and key.__class__ is str
-            and 0 < len(cast(str, key)) <= self.max_key_length
-            and cast(str, key).isprintable()
+            and 0 < len(key) <= self.max_key_length
+            and key.isprintable()
         )
 
     # -- failure policy -----------------------------------------------------------------
@@ -158,7 +158,9 @@ class _LimiterCore:
             self._failing = True
             log.warning(
                 "rate limit store failed (%s); applying failure policy %r",
-                exc, self.failure, exc_info=not isinstance(exc, StoreError),
+                exc,
+                self.failure,
+                exc_info=not isinstance(exc, StoreError),
             )
         if self.on_store_error is not None:
             try:
@@ -180,13 +182,15 @@ class _LimiterCore:
         if self.failure == "local":
             if self._fallback is None:
                 self._fallback = MemoryStore()
-                self._fallback_limits = tuple(_share(lim, self.fallback_share) for lim in self.limits)
+                self._fallback_limits = tuple(
+                    _share(lim, self.fallback_share) for lim in self.limits
+                )
             local = [(self._fallback_limits[i], k, c) for i, (_, k, c) in enumerate(checks)]
             decisions, _ = self._fallback.decide(local, now)
             # Report the configured limits, not their local shares.
-            return _merge([
-                d._replace(limit=checks[i][0], degraded=True) for i, d in enumerate(decisions)
-            ])
+            return _merge(
+                [d._replace(limit=checks[i][0], degraded=True) for i, d in enumerate(decisions)]
+            )
         lim = checks[0][0]
         if self.failure == "closed":
             return Decision(False, 0, CLOSED_RETRY_AFTER, CLOSED_RETRY_AFTER, 0.0, lim, True)
@@ -222,8 +226,15 @@ def _share(lim: Limit, share: float) -> Limit:
         burst = max(1.0, burst * share)
         if lim.algorithm == "leaky-bucket":
             burst = float(math.floor(burst))
-    return Limit(lim.algorithm, rate, burst=burst, nodelay=lim.nodelay, delay=lim.delay,
-                 name=lim.name, scope=lim.scope)
+    return Limit(
+        lim.algorithm,
+        rate,
+        burst=burst,
+        nodelay=lim.nodelay,
+        delay=lim.delay,
+        name=lim.name,
+        scope=lim.scope,
+    )
 
 
 class Reservation:
@@ -236,7 +247,9 @@ class Reservation:
 
     __slots__ = ("_checks", "_done", "_limiter", "at", "decision")
 
-    def __init__(self, limiter: Limiter, checks: list[Check], decision: Decision, at: float) -> None:
+    def __init__(
+        self, limiter: Limiter, checks: list[Check], decision: Decision, at: float
+    ) -> None:
         self._limiter = limiter
         self._checks = checks
         self.decision = decision
@@ -276,7 +289,9 @@ class AsyncReservation:
 
     __slots__ = ("_checks", "_done", "_limiter", "at", "decision")
 
-    def __init__(self, limiter: AsyncLimiter, checks: list[Check], decision: Decision, at: float) -> None:
+    def __init__(
+        self, limiter: AsyncLimiter, checks: list[Check], decision: Decision, at: float
+    ) -> None:
         self._limiter = limiter
         self._checks = checks
         self.decision = decision
@@ -338,27 +353,48 @@ class Limiter(_LimiterCore):
         store = MemoryStore() if store is None else store
         if not isinstance(store, Store):
             raise TypeError(f"{store!r} is not a synchronous store; use AsyncLimiter with it")
-        super().__init__(limits, store, clock, failure=failure, fallback_share=fallback_share,
-                         on_store_error=on_store_error, max_key_length=max_key_length)
+        super().__init__(
+            limits,
+            store,
+            clock,
+            failure=failure,
+            fallback_share=fallback_share,
+            on_store_error=on_store_error,
+            max_key_length=max_key_length,
+        )
         self._sleep = sleep
-        single = self._single
-        decide_one = store.decide_one
-        clock_ = self.clock
-        if single is not None:
-            # Bind the hot path once: one key-scoped limit, an int cost, a plain str key.
-            def hit(key: str, cost: float = 1) -> Decision:
-                if (cost.__class__ is int and cost > 0 and key.__class__ is str
-                        and 0 < len(key) <= max_key_length and key.isprintable()):
-                    try:
-                        d = decide_one(single, key, cost, clock_())
-                    except StoreError as e:
-                        return self._fail(e, key, cost)
-                    if self._failing:
-                        self._store_ok()
-                    return d
-                return self._hit(key, cost)
+        if self._single is not None:
+            self.hit = self._bind_hit(self._single)  # type: ignore[method-assign, assignment]
 
-            self.hit = hit  # type: ignore[method-assign]
+    def _bind_hit(self, single: Limit) -> Callable[[str, float], Decision]:
+        """The hot path, bound once: one key-scoped limit, an int cost, a plain str key.
+
+        Anything else (float costs, odd keys) takes the general path, which validates fully.
+        """
+        decide: Callable[[str, float, float], Decision] = self.store.bind(single)
+        clock = self.clock
+        max_len = self.max_key_length
+        slow = self._hit
+
+        def hit(key: str, cost: float = 1) -> Decision:
+            if (
+                cost.__class__ is int
+                and cost > 0
+                and key.__class__ is str
+                and 0 < len(key) <= max_len
+                and key.isprintable()
+            ):
+                try:
+                    d = decide(key, cost, clock())
+                except StoreError as e:
+                    return self._fail(e, key, cost)
+                if self._failing:
+                    self._store_ok()
+                return d
+            return slow(key, cost)
+
+        hit.__doc__ = Limiter.hit.__doc__
+        return hit
 
     def hit(self, key: str, cost: float = 1) -> Decision:
         """Check `key` and, if every limit admits `cost`, charge it. Returns the `Decision`."""
@@ -370,7 +406,7 @@ class Limiter(_LimiterCore):
         try:
             if len(checks) == 1:
                 lim, k, c = checks[0]
-                d = self.store.decide_one(lim, k, c, now)
+                d: Decision = self.store.decide_one(lim, k, c, now)
             else:
                 d = _merge(self.store.decide(checks, now, True)[0])
         except StoreError as e:
@@ -505,21 +541,28 @@ class AsyncLimiter(_LimiterCore):
         store = MemoryStore() if store is None else store
         if not isinstance(store, AsyncStore):
             raise TypeError(f"{store!r} is not an asyncio store; use Limiter with it")
-        super().__init__(limits, store, clock, failure=failure, fallback_share=fallback_share,
-                         on_store_error=on_store_error, max_key_length=max_key_length)
+        super().__init__(
+            limits,
+            store,
+            clock,
+            failure=failure,
+            fallback_share=fallback_share,
+            on_store_error=on_store_error,
+            max_key_length=max_key_length,
+        )
         self._sleep = sleep
 
     async def hit(self, key: str, cost: float = 1) -> Decision:
         """Check `key` and, if every limit admits `cost`, charge it."""
         if self._fast_ok(key, cost):
-            checks: list[Check] = [(cast(Limit, self._single), key, cost)]  # type: ignore[list-item]
+            checks: list[Check] = [(cast(Limit, self._single), key, cost)]
         else:
             checks = self._checks(self._key(key), cost)
         now = self.clock()
         try:
             if len(checks) == 1:
                 lim, k, c = checks[0]
-                d = await self.store.adecide_one(lim, k, c, now)
+                d: Decision = await self.store.adecide_one(lim, k, c, now)
             else:
                 d = _merge((await self.store.adecide(checks, now, True))[0])
         except StoreError as e:
@@ -602,7 +645,9 @@ class AsyncLimiter(_LimiterCore):
         return decorate
 
 
-def _key_function(key: str | Callable[..., str] | None, fn: Callable[..., Any]) -> Callable[..., str]:
+def _key_function(
+    key: str | Callable[..., str] | None, fn: Callable[..., Any]
+) -> Callable[..., str]:
     if key is None:
         name = f"{fn.__module__}.{fn.__qualname__}"
         return lambda *a, **k: name

@@ -37,7 +37,7 @@ class ManualClock:
         return self._now
 
     def advance(self, seconds: float) -> float:
-        """Move forward (or, with a negative value, backwards) by `seconds`; returns the new time."""
+        """Move by `seconds` (backwards if negative); returns the new time."""
         if not math.isfinite(seconds):
             raise ValueError(f"cannot advance a clock by {seconds!r}")
         with self._lock:

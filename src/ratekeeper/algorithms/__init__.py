@@ -6,14 +6,28 @@ three functions; each module's docstring explains its math and the reference it 
 
 from __future__ import annotations
 
-from . import fixed_window, gcra, leaky_bucket, sliding_window_counter, sliding_window_log, token_bucket
+from . import (
+    fixed_window,
+    gcra,
+    leaky_bucket,
+    sliding_window_counter,
+    sliding_window_log,
+    token_bucket,
+)
 from ._common import Algorithm
 
 __all__ = ["ALGORITHMS", "Algorithm", "get"]
 
 ALGORITHMS: dict[str, Algorithm] = {
     m.ALGORITHM.name: m.ALGORITHM
-    for m in (token_bucket, gcra, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter)
+    for m in (
+        token_bucket,
+        gcra,
+        leaky_bucket,
+        fixed_window,
+        sliding_window_log,
+        sliding_window_counter,
+    )
 }
 
 

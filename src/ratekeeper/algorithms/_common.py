@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from .._types import Decision, Limit
 
-__all__ = ["EPS", "NS_TOLERANCE", "Algorithm", "floor_remaining"]
+__all__ = ["EPS", "NS_TOLERANCE", "Algorithm", "floor_remaining", "new_decision"]
 
 #: Whole-unit rounding guard: ``floor(x + EPS)`` so 2.9999999999999996 counts as 3.
 EPS = 1e-9
@@ -34,6 +34,11 @@ EPS = 1e-9
 #: truncated), and admits when that wait is 0. A deficit worth less than 1 ns of refill is
 #: therefore admitted; we keep exactly that tolerance, which also absorbs float noise.
 NS_TOLERANCE = 1e-9
+
+#: ``new_decision(Decision, (allowed, remaining, retry_after, reset_after, delay, limit, False))``
+#: builds a Decision with one C call: `Decision(...)` goes through a Python-level ``__new__``
+#: that costs more than the whole GCRA computation. Every field must be given.
+new_decision = tuple.__new__
 
 Decide = Callable[[Any, float, float, Limit], "tuple[Any, Decision]"]
 Refund = Callable[[Any, float, float, float, Limit], Any]

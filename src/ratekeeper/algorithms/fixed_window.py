@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from .._types import Decision, Limit
-from ._common import EPS, Algorithm, floor_remaining
+from ._common import EPS, Algorithm, floor_remaining, new_decision
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
 
@@ -27,7 +27,9 @@ def _window(now: float, period: float) -> int:
     return math.floor(now / period + EPS)
 
 
-def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[State | None, Decision]:
+def decide(
+    state: State | None, now: float, cost: float, limit: Limit
+) -> tuple[State | None, Decision]:
     n = limit.capacity
     p = limit.period
     k = _window(now, p)
@@ -39,9 +41,14 @@ def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[
     reset = (k + 1) * p - now
     if used + cost <= n + EPS:
         used += cost
-        return (k, used), Decision(True, floor_remaining(n - used), 0.0, reset, 0.0, limit)
+        return (k, used), new_decision(
+            Decision, (True, floor_remaining(n - used), 0.0, reset, 0.0, limit, False)
+        )
     retry = None if cost > n else reset
-    return None, Decision(False, floor_remaining(n - used), retry, reset if used else 0.0, 0.0, limit)
+    return None, new_decision(
+        Decision,
+        (False, floor_remaining(n - used), retry, reset if used else 0.0, 0.0, limit, False),
+    )
 
 
 def refund(state: State | None, now: float, cost: float, at: float, limit: Limit) -> State | None:

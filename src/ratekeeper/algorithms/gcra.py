@@ -22,24 +22,27 @@ clock can only make GCRA stricter, never looser.
 from __future__ import annotations
 
 from .._types import Decision, Limit
-from ._common import NS_TOLERANCE, Algorithm, floor_remaining
+from ._common import EPS, NS_TOLERANCE, Algorithm, new_decision
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
 
 
-def decide(tat: float | None, now: float, cost: float, limit: Limit) -> tuple[float | None, Decision]:
+def decide(
+    tat: float | None, now: float, cost: float, limit: Limit
+) -> tuple[float | None, Decision]:
     r = limit.per_second
     b = limit.capacity
     if tat is None or tat < now:
         tat = now
-    debt = (tat - now) * r  # tokens missing from a full bucket
-    tokens = b - debt
+    tokens = b - (tat - now) * r  # a full bucket minus the debt not yet refilled
     left = tokens - cost
-    if cost <= b and (left >= 0 or -left / r < NS_TOLERANCE):
-        new_tat = tat + cost / r
-        return new_tat, Decision(True, floor_remaining(left), 0.0, new_tat - now, 0.0, limit)
+    if left >= 0 or (-left / r < NS_TOLERANCE and cost <= b):
+        tat += cost / r
+        rem = int(left + EPS) if left > 0 else 0
+        return tat, new_decision(Decision, (True, rem, 0.0, tat - now, 0.0, limit, False))
     retry = None if cost > b else -left / r
-    return None, Decision(False, floor_remaining(tokens), retry, tat - now, 0.0, limit)
+    rem = int(tokens + EPS) if tokens > 0 else 0
+    return None, new_decision(Decision, (False, rem, retry, tat - now, 0.0, limit, False))
 
 
 def refund(tat: float | None, now: float, cost: float, at: float, limit: Limit) -> float | None:

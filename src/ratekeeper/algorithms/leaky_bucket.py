@@ -32,7 +32,7 @@ seventh is rejected.
 from __future__ import annotations
 
 from .._types import Decision, Limit
-from ._common import EPS, Algorithm
+from ._common import EPS, Algorithm, new_decision
 
 __all__ = ["ALGORITHM", "decide", "params", "refund", "ttl"]
 
@@ -63,19 +63,22 @@ def _level(state: State | None, now_ms: int, rate: int) -> tuple[int, int]:
     return (level if level > -1000 else -1000), (now_ms if ms else last)
 
 
-def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[State | None, Decision]:
+def decide(
+    state: State | None, now: float, cost: float, limit: Limit
+) -> tuple[State | None, Decision]:
     rate, burst, threshold = params(limit)
     now_ms = round(now * 1000)
     level, stamp = _level(state, now_ms, rate)
     c = round(cost) * 1000
     excess = level + c
-    if excess < 0:
-        excess = 0
+    excess = max(excess, 0)
     if excess <= burst:
         delay = 0.0 if excess <= threshold else ((excess - threshold) * 1000 // rate) / 1000
         remaining = (burst - excess) // 1000
         reset = (excess + 1000) / rate  # seconds until drained to rest (level -1000)
-        return (excess, stamp), Decision(True, remaining, 0.0, reset, delay, limit)
+        return (excess, stamp), new_decision(
+            Decision, (True, remaining, 0.0, reset, delay, limit, False)
+        )
     if c - 1000 > burst:
         retry = None  # even an idle bucket cannot take this cost
     else:
@@ -85,7 +88,9 @@ def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[
         wait_ms = -(-need * 1000 // rate)
         retry = max(0.0, (last + wait_ms - now_ms) / 1000)
     remaining = max(0, (burst - level) // 1000)
-    return None, Decision(False, remaining, retry, (level + 1000) / rate, 0.0, limit)
+    return None, new_decision(
+        Decision, (False, remaining, retry, (level + 1000) / rate, 0.0, limit, False)
+    )
 
 
 def refund(state: State | None, now: float, cost: float, at: float, limit: Limit) -> State | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from .._types import Decision, Limit
-from ._common import EPS, Algorithm, floor_remaining
+from ._common import EPS, Algorithm, floor_remaining, new_decision
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
 
@@ -47,7 +47,9 @@ def _estimate(k: int, prev: float, curr: float, now: float, p: float) -> float:
     return prev * (p - elapsed) / p + curr
 
 
-def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[State | None, Decision]:
+def decide(
+    state: State | None, now: float, cost: float, limit: Limit
+) -> tuple[State | None, Decision]:
     n = limit.capacity
     p = limit.period
     k, prev, curr = _roll(state, now, p)
@@ -56,7 +58,9 @@ def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[
     if est + cost <= n + EPS:
         curr += cost
         reset = (start + 2 * p if curr else start + p) - now
-        return (k, prev, curr), Decision(True, floor_remaining(n - est - cost), 0.0, reset, 0.0, limit)
+        return (k, prev, curr), new_decision(
+            Decision, (True, floor_remaining(n - est - cost), 0.0, reset, 0.0, limit, False)
+        )
     retry: float | None = None
     if cost <= n:
         if curr + cost <= n:
@@ -69,7 +73,9 @@ def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[
             retry = start + p + e - now
         retry = max(retry, 0.0)
     reset = (start + 2 * p if curr else start + p if prev else now) - now
-    return None, Decision(False, floor_remaining(n - est), retry, reset, 0.0, limit)
+    return None, new_decision(
+        Decision, (False, floor_remaining(n - est), retry, reset, 0.0, limit, False)
+    )
 
 
 def refund(state: State | None, now: float, cost: float, at: float, limit: Limit) -> State | None:
@@ -85,7 +91,7 @@ def refund(state: State | None, now: float, cost: float, at: float, limit: Limit
 
 
 def ttl(state: State, now: float, limit: Limit) -> float:
-    k, prev, curr = state
+    k, _, curr = state
     p = limit.period
     return (k + (2 if curr else 1)) * p - now
 

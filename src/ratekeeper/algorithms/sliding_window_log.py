@@ -14,7 +14,7 @@ remaining entries plus ``c`` fit in N.
 from __future__ import annotations
 
 from .._types import Decision, Limit
-from ._common import EPS, Algorithm, floor_remaining
+from ._common import EPS, Algorithm, floor_remaining, new_decision
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
 
@@ -26,13 +26,15 @@ def _live(state: State | None, now: float, period: float) -> State:
         return ()
     cutoff = now - period
     i = 0
-    for i, (ts, _) in enumerate(state):  # noqa: B007 (the index is the result)
+    for i, (ts, _) in enumerate(state):
         if ts > cutoff:
             return state[i:] if i else state
     return ()
 
 
-def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[State | None, Decision]:
+def decide(
+    state: State | None, now: float, cost: float, limit: Limit
+) -> tuple[State | None, Decision]:
     n = limit.capacity
     p = limit.period
     log = _live(state, now, p)
@@ -42,7 +44,10 @@ def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[
             new = (*log[:-1], (now, log[-1][1] + cost))
         else:
             new = (*log, (now, cost))
-        return new, Decision(True, floor_remaining(n - used - cost), 0.0, new[-1][0] + p - now, 0.0, limit)
+        return new, new_decision(
+            Decision,
+            (True, floor_remaining(n - used - cost), 0.0, new[-1][0] + p - now, 0.0, limit, False),
+        )
     retry: float | None = None
     if cost <= n:
         freed = 0.0
@@ -52,7 +57,9 @@ def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[
                 retry = ts + p - now
                 break
     reset = log[-1][0] + p - now if log else 0.0
-    return None, Decision(False, floor_remaining(n - used), retry, reset, 0.0, limit)
+    return None, new_decision(
+        Decision, (False, floor_remaining(n - used), retry, reset, 0.0, limit, False)
+    )
 
 
 def refund(state: State | None, now: float, cost: float, at: float, limit: Limit) -> State | None:
@@ -61,12 +68,13 @@ def refund(state: State | None, now: float, cost: float, at: float, limit: Limit
         return None
     out = []
     for ts, c in state:
+        left = c
         if ts == at and cost > 0:
             take = min(c, cost)
-            c -= take
+            left -= take
             cost -= take
-        if c > EPS:
-            out.append((ts, c))
+        if left > EPS:
+            out.append((ts, left))
     return tuple(out) or None
 
 

@@ -22,7 +22,7 @@ fourth gets ``retry_after=1.0``; at t=1 one passes; at t=10 the bucket is full a
 from __future__ import annotations
 
 from .._types import Decision, Limit
-from ._common import NS_TOLERANCE, Algorithm, floor_remaining
+from ._common import EPS, NS_TOLERANCE, Algorithm, new_decision
 
 State = tuple[float, float]
 
@@ -42,17 +42,31 @@ def _tokens(state: State | None, now: float, limit: Limit) -> tuple[float, float
     return (b if tokens > b else tokens), now
 
 
-def decide(state: State | None, now: float, cost: float, limit: Limit) -> tuple[State | None, Decision]:
+def decide(
+    state: State | None, now: float, cost: float, limit: Limit
+) -> tuple[State | None, Decision]:
     r = limit.per_second
     b = limit.capacity
-    tokens, at = _tokens(state, now, limit)
+    if state is None:
+        tokens, at = b, now
+    else:
+        tokens, at = state
+        if now >= at:  # a clock going backwards refills nothing (and keeps `last`)
+            tokens += (now - at) * r
+            if tokens > b:
+                tokens = b
+            at = now
     left = tokens - cost
-    if cost <= b and (left >= 0 or -left / r < NS_TOLERANCE):
-        # reset_after: time for the remaining deficit (b - left) to refill.
-        return (left, at), Decision(True, floor_remaining(left), 0.0, (b - left) / r, 0.0, limit)
+    if left >= 0 or (-left / r < NS_TOLERANCE and cost <= b):
+        # reset_after: time for the deficit (b - left) to refill.
+        rem = int(left + EPS) if left > 0 else 0
+        return (left, at), new_decision(
+            Decision, (True, rem, 0.0, (b - left) / r, 0.0, limit, False)
+        )
     # retry_after: the deficit (c - tokens) refills at r per second; never if c exceeds b.
     retry = None if cost > b else -left / r
-    return None, Decision(False, floor_remaining(tokens), retry, (b - tokens) / r, 0.0, limit)
+    rem = int(tokens + EPS) if tokens > 0 else 0
+    return None, new_decision(Decision, (False, rem, retry, (b - tokens) / r, 0.0, limit, False))
 
 
 def refund(state: State | None, now: float, cost: float, at: float, limit: Limit) -> State | None:

@@ -34,6 +34,14 @@ class Store(Protocol):
     #: False when the store reads its own clock (Redis `TIME`) and ignores `now`.
     uses_client_clock: bool
 
+    def bind(self, limit: Limit) -> Callable[[str, float, float], Decision]:
+        """``decide_one`` for one fixed limit: ``(key, cost, now) -> Decision``.
+
+        The limiter calls it once and keeps the result, so a store can do per-limit work
+        (table lookup, argument encoding) once instead of on every decision.
+        """
+        ...
+
     def decide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision: ...
 
     def decide(

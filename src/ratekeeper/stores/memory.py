@@ -89,8 +89,10 @@ class MemoryStore:
                     t = self._tables[limit.name] = _Table(limit)
                 elif t.limit != limit:
                     # Same name, new parameters (a reloaded policy): keep the state, which
-                    # every algorithm reads against the new parameters.
-                    t = self._tables[limit.name] = _copy_table(t, limit)
+                    # every algorithm reads against the new parameters. The state must be
+                    # of the same algorithm; another algorithm starts afresh.
+                    same = t.limit.algorithm == limit.algorithm
+                    t = self._tables[limit.name] = _copy_table(t, limit) if same else _Table(limit)
         return t
 
     def __len__(self) -> int:
@@ -156,31 +158,42 @@ class MemoryStore:
 
     # -- the Store protocol ----------------------------------------------------------
 
-    def decide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision:
-        t = self._tables.get(limit.name)
-        if t is None or t.limit is not limit:
-            t = self._table(limit)
-        data = t.data
-        lock = self._lock
-        lock.acquire()
-        try:
-            # pop + re-insert moves the key to the most-recently-used end.
-            state = data.pop(key, None)
+    def bind(self, limit: Limit) -> Callable[[str, float, float], Decision]:
+        """A function ``(key, cost, now) -> Decision`` charging `limit`: the hot path.
+
+        Everything that does not change between calls (the table, the algorithm, the lock)
+        is looked up once here instead of on every decision.
+        """
+        t = self._table(limit)
+        data, decide, lock = t.data, t.decide, self._lock
+        pop, acquire, release = data.pop, lock.acquire, lock.release
+        after_insert = self._after_insert
+
+        def decide_bound(key: str, cost: float, now: float) -> Decision:
+            acquire()
             try:
-                new, decision = t.decide(state, now, cost, limit)
-            except BaseException:
-                if state is not None:
-                    data[key] = state  # lose nothing, whatever went wrong
-                raise
-            if new is not None:
-                data[key] = new
-                if state is None:
-                    self._after_insert(t, now)
-            elif state is not None:
-                data[key] = state
-        finally:
-            lock.release()
-        return decision
+                # pop + re-insert moves the key to the most-recently-used end.
+                state = pop(key, None)
+                try:
+                    new, decision = decide(state, now, cost, limit)
+                except BaseException:
+                    if state is not None:
+                        data[key] = state  # lose nothing, whatever went wrong
+                    raise
+                if new is not None:
+                    data[key] = new
+                    if state is None:
+                        after_insert(t, now)
+                elif state is not None:
+                    data[key] = state
+            finally:
+                release()
+            return decision
+
+        return decide_bound
+
+    def decide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision:
+        return self.bind(limit)(key, cost, now)
 
     def decide(
         self, checks: Sequence[Check], now: float, consume: bool = True
@@ -189,12 +202,12 @@ class MemoryStore:
         with self._lock:
             results = []
             allowed = True
-            for t, (limit, key, cost) in zip(tables, checks):
+            for t, (limit, key, cost) in zip(tables, checks, strict=True):
                 new, decision = t.decide(t.data.get(key), now, cost, limit)
                 results.append((new, decision))
                 allowed = allowed and decision.allowed
             if consume and allowed:
-                for t, (_, key, _), (new, _) in zip(tables, checks, results):
+                for t, (_, key, _), (new, _) in zip(tables, checks, results, strict=True):
                     fresh = key not in t.data
                     t.data.pop(key, None)
                     t.data[key] = new
@@ -205,7 +218,7 @@ class MemoryStore:
     def refund(self, checks: Sequence[Check], now: float, at: float) -> None:
         tables = [self._table(limit) for limit, _, _ in checks]
         with self._lock:
-            for t, (limit, key, cost) in zip(tables, checks):
+            for t, (limit, key, cost) in zip(tables, checks, strict=True):
                 state = t.data.get(key)
                 if state is None:
                     continue
@@ -225,7 +238,8 @@ class MemoryStore:
     def clear(self) -> None:
         """Forget every key of every limit."""
         with self._lock:
-            self._tables.clear()
+            for t in self._tables.values():
+                t.data.clear()  # in place: bound functions hold these dicts
 
     # -- the AsyncStore protocol: same code, nothing to await ---------------------------
 
