@@ -152,7 +152,7 @@ class Limit:
 
     def default_name(self) -> str:
         """A name built from the parameters, e.g. ``gcra-10/s-b20``."""
-        parts = [self.algorithm, str(self.rate).replace("/", "per")]
+        parts = [self.algorithm, str(self.rate)]
         if self.burst is not None and self.algorithm != "fixed-window":
             parts.append(f"b{self.burst:g}")
         if self.nodelay:
