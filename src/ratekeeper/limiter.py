@@ -364,7 +364,13 @@ class Limiter(_LimiterCore):
         )
         self._sleep = sleep
         if self._single is not None:
-            self.hit = self._bind_hit(self._single)  # type: ignore[method-assign, assignment]
+            if isinstance(store, MemoryStore):
+                # In-process: the store runs the whole hot path (it cannot fail, so there is
+                # no failure policy to apply).
+                fast = store.bind_hit(self._single, self.clock, self._key, self._hit)
+            else:
+                fast = self._bind_hit(self._single)
+            self.hit = fast  # type: ignore[method-assign, assignment]
 
     def _bind_hit(self, single: Limit) -> Callable[[str, float], Decision]:
         """The hot path, bound once: one key-scoped limit, an int cost, a plain str key.

@@ -30,18 +30,20 @@ __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
 def decide(
     tat: float | None, now: float, cost: float, limit: Limit
 ) -> tuple[float | None, Decision]:
+    # Float-only comparisons (0.0, not 0) and `__trunc__` instead of `int()`: this is the
+    # hot path of every in-memory decision, and CPython specialises float-float operations.
     r = limit.per_second
     b = limit.capacity
     if tat is None or tat < now:
         tat = now
     tokens = b - (tat - now) * r  # a full bucket minus the debt not yet refilled
     left = tokens - cost
-    if left >= 0 or (-left / r < NS_TOLERANCE and cost <= b):
+    if left >= 0.0 or (-left / r < NS_TOLERANCE and cost <= b):
         tat += cost / r
-        rem = int(left + EPS) if left > 0 else 0
+        rem = (left + EPS).__trunc__() if left > 0.0 else 0
         return tat, new_decision(Decision, (True, rem, 0.0, tat - now, 0.0, limit, False))
     retry = None if cost > b else -left / r
-    rem = int(tokens + EPS) if tokens > 0 else 0
+    rem = (tokens + EPS).__trunc__() if tokens > 0.0 else 0
     return None, new_decision(Decision, (False, rem, retry, tat - now, 0.0, limit, False))
 
 

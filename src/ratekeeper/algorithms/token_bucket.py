@@ -57,15 +57,15 @@ def decide(
                 tokens = b
             at = now
     left = tokens - cost
-    if left >= 0 or (-left / r < NS_TOLERANCE and cost <= b):
+    if left >= 0.0 or (-left / r < NS_TOLERANCE and cost <= b):
         # reset_after: time for the deficit (b - left) to refill.
-        rem = int(left + EPS) if left > 0 else 0
+        rem = (left + EPS).__trunc__() if left > 0.0 else 0
         return (left, at), new_decision(
             Decision, (True, rem, 0.0, (b - left) / r, 0.0, limit, False)
         )
     # retry_after: the deficit (c - tokens) refills at r per second; never if c exceeds b.
     retry = None if cost > b else -left / r
-    rem = int(tokens + EPS) if tokens > 0 else 0
+    rem = (tokens + EPS).__trunc__() if tokens > 0.0 else 0
     return None, new_decision(Decision, (False, rem, retry, (b - tokens) / r, 0.0, limit, False))
 
 

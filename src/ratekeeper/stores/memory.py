@@ -195,6 +195,52 @@ class MemoryStore:
     def decide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision:
         return self.bind(limit)(key, cost, now)
 
+    def bind_hit(
+        self,
+        limit: Limit,
+        clock: Callable[[], float],
+        check_key: Callable[[str], object],
+        slow: Callable[[str, float], Decision],
+    ) -> Callable[[str, float], Decision]:
+        """`Limiter.hit` for one limit on this store: the whole hot path in one function.
+
+        A key is validated (`check_key` raises `InvalidKey`) only when it is about to be
+        inserted: a key already in the table passed that check when it was inserted, so the
+        common case, a returning client, pays nothing for validation. Anything but a positive
+        int cost and a str key goes to `slow`, the limiter's general path.
+        """
+        t = self._table(limit)
+        data, decide, lock = t.data, t.decide, self._lock
+        pop, acquire, release = data.pop, lock.acquire, lock.release
+        after_insert = self._after_insert
+
+        def hit(key: str, cost: float = 1) -> Decision:
+            if cost.__class__ is not int or cost <= 0 or key.__class__ is not str:
+                return slow(key, cost)
+            acquire()
+            try:
+                state = pop(key, None)
+                if state is None:
+                    check_key(key)
+                now = clock()
+                try:
+                    new, decision = decide(state, now, cost, limit)
+                except BaseException:
+                    if state is not None:
+                        data[key] = state  # lose nothing, whatever went wrong
+                    raise
+                if new is not None:
+                    data[key] = new
+                    if state is None:
+                        after_insert(t, now)
+                elif state is not None:
+                    data[key] = state
+            finally:
+                release()
+            return decision
+
+        return hit
+
     def decide(
         self, checks: Sequence[Check], now: float, consume: bool = True
     ) -> tuple[list[Decision], float]:
