@@ -1,0 +1,73 @@
+"""A FastAPI app protected per client AND globally, with a per-endpoint limit.
+
+Run it:   uvicorn examples.fastapi_app:app        (or: python examples/fastapi_app.py)
+Try it:   for i in $(seq 12); do curl -si localhost:8000/ | head -1; done
+
+- Every client (API key from ``X-API-Key``, else its IP address) gets 5 requests/s with
+  bursts of 10; everyone together gets 50/s with bursts of 30. Both limits are decided
+  together: a request refused by one is charged to neither.
+- ``/report`` costs 5 units of those same limits; ``/search`` also has its own 1/s limit
+  (a FastAPI dependency); ``/healthz`` is never limited.
+- Behind a reverse proxy, list its address in TRUSTED_PROXIES so X-Forwarded-For is
+  believed (and ONLY then; see docs/http.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import Depends, FastAPI
+
+from ratekeeper import AsyncStore, Limit
+from ratekeeper.http import APIKey, ClientIP, HTTPPolicy, RateLimitMiddleware, Route
+from ratekeeper.http.fastapi import RateLimit, install_problem_handler
+
+TRUSTED_PROXIES: list[str] = []  # e.g. ["10.0.0.0/8"] behind a load balancer
+
+PER_CLIENT = Limit("gcra", "5/s", burst=10, name="per-client")
+EVERYONE = Limit("gcra", "50/s", burst=30, name="everyone", scope="global")
+SEARCH = Limit("gcra", "1/s", burst=3, name="search")
+
+POLICY = HTTPPolicy(
+    limits=[PER_CLIENT, EVERYONE],
+    routes=[Route("/report", [PER_CLIENT, EVERYONE], cost=5)],
+    key=APIKey("x-api-key"),
+    client_ip=ClientIP(TRUSTED_PROXIES),
+    exempt_paths=["/healthz"],
+)
+
+
+def create_app(
+    *, clock: Callable[[], float] | None = None, store: AsyncStore | None = None
+) -> FastAPI:
+    """The app; tests pass a ManualClock (and, for several workers, a Redis store)."""
+    app = FastAPI(title="ratekeeper example")
+    install_problem_handler(app)
+    search_limit = RateLimit(SEARCH, clock=clock, store=store)
+
+    @app.get("/")
+    async def index() -> dict[str, str]:
+        return {"hello": "world"}
+
+    @app.get("/report")
+    async def report() -> dict[str, str]:
+        return {"report": "expensive"}
+
+    @app.get("/search", dependencies=[Depends(search_limit)])
+    async def search(q: str = "") -> dict[str, str]:
+        return {"q": q}
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    app.add_middleware(RateLimitMiddleware, policy=POLICY, clock=clock, store=store)
+    return app
+
+
+app = create_app()
+
+if __name__ == "__main__":
+    import uvicorn
+
+    uvicorn.run(app, host="127.0.0.1", port=8000)

@@ -1,0 +1,64 @@
+"""A Flask app protected per client AND globally (WSGI middleware).
+
+Run it:   flask --app examples/flask_app.py run      (or: python examples/flask_app.py)
+Try it:   for i in $(seq 12); do curl -si localhost:5000/ | head -1; done
+
+The same policy as the FastAPI example: 5 requests/s (bursts of 10) per client -- keyed by
+``X-API-Key`` or else the IP address -- and 50/s (bursts of 30) for everyone, decided
+together; ``/report`` costs 5; ``/healthz`` is never limited. The decision is in
+``request.environ["ratekeeper.decision"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flask import Flask, request
+
+from ratekeeper import Limit, Store
+from ratekeeper.http import APIKey, ClientIP, HTTPPolicy, Route, WSGIRateLimitMiddleware
+
+TRUSTED_PROXIES: list[str] = []  # e.g. ["10.0.0.0/8"] behind a load balancer
+
+PER_CLIENT = Limit("gcra", "5/s", burst=10, name="per-client")
+EVERYONE = Limit("gcra", "50/s", burst=30, name="everyone", scope="global")
+
+POLICY = HTTPPolicy(
+    limits=[PER_CLIENT, EVERYONE],
+    routes=[Route("/report", [PER_CLIENT, EVERYONE], cost=5)],
+    key=APIKey("x-api-key"),
+    client_ip=ClientIP(TRUSTED_PROXIES),
+    exempt_paths=["/healthz"],
+)
+
+
+def create_app(
+    *, clock: Callable[[], float] | None = None, store: Store | None = None
+) -> Flask:
+    """The app; tests pass a ManualClock (and, for several processes, a Redis store)."""
+    app = Flask(__name__)
+
+    @app.get("/")
+    def index() -> dict[str, Any]:
+        d = request.environ.get("ratekeeper.decision")
+        return {"hello": "world", "remaining": d.remaining if d else None}
+
+    @app.get("/report")
+    def report() -> dict[str, str]:
+        return {"report": "expensive"}
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    app.wsgi_app = WSGIRateLimitMiddleware(  # type: ignore[method-assign]
+        app.wsgi_app, POLICY, clock=clock, store=store
+    )
+    return app
+
+
+app = create_app()
+
+if __name__ == "__main__":
+    app.run(host="127.0.0.1", port=5000)

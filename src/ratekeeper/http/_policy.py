@@ -1,0 +1,414 @@
+"""Route policies and the request -> decision -> response plan shared by every adapter.
+
+Theory of operation (no I/O here; the adapters in asgi.py, wsgi.py and django.py do it):
+
+1. `_Engine.plan(request)` matches the request against the policy: exempt paths and
+   networks pass through untouched (``None``); otherwise it picks the first `Route` whose
+   pattern and methods match (or the policy's default limits), works out the key and the
+   cost, and returns a `Plan` naming the limiter to ask.
+2. The adapter calls the limiter once (``hit``, or ``reserve`` when the route can queue and
+   a maximum delay may force a refund) -- or records a store failure with
+   `_Engine.store_failed`.
+3. `_Engine.outcome(plan, decision)` turns that single decision into what to do: pass
+   (with the RateLimit fields to add to the response), wait `delay` seconds first (nginx
+   queueing), or reject with the configured status, headers and problem+json body. Dry run
+   turns every reject and delay into a pass but keeps headers, logs and counters.
+"""
+
+from __future__ import annotations
+
+import http
+import ipaddress
+import logging
+import math
+import re
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Literal, TypeVar
+
+from .._types import Decision, Limit
+from ._client import ClientIP, IPNetwork, KeyFunc, RequestInfo, safe_key
+from .headers import (
+    problem_body,
+    ratelimit_headers,
+    rejection_headers,
+)
+
+__all__ = ["HTTPPolicy", "Outcome", "Plan", "Route", "compile_path"]
+
+log = logging.getLogger("ratekeeper.http")
+
+PathPattern = str | re.Pattern[str]
+Cost = float | Callable[[RequestInfo], float]
+
+_PARAM = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*(?::path)?\}")
+
+
+def compile_path(pattern: PathPattern) -> re.Pattern[str]:
+    """A path pattern as an anchored regular expression.
+
+    - ``"/health"``: exactly that path;
+    - ``"/items/{id}"``: one segment per ``{name}`` (``{name:path}`` spans segments);
+    - ``"/static/*"``: ``*`` is any run of characters within a segment, ``**`` any run at all
+      (``"/api/**"`` is everything under /api/);
+    - a compiled ``re.Pattern`` is used as is (with ``fullmatch``).
+    """
+    if isinstance(pattern, re.Pattern):
+        return pattern
+    if not isinstance(pattern, str) or not pattern.startswith("/"):
+        raise ValueError(f"a path pattern must be a string starting with '/', got {pattern!r}")
+    out = []
+    i = 0
+    while i < len(pattern):
+        m = _PARAM.match(pattern, i)
+        if m:
+            out.append(".+" if m.group().endswith(":path}") else "[^/]+")
+            i = m.end()
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+def _limits(limits: Limit | Sequence[Limit], where: str) -> tuple[Limit, ...]:
+    lims = (limits,) if isinstance(limits, Limit) else tuple(limits)
+    for lim in lims:
+        if not isinstance(lim, Limit):
+            raise TypeError(f"{where}: expected Limit objects, got {lim!r}")
+    names = [lim.name for lim in lims]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where}: limits need distinct names, got {names}")
+    return lims
+
+
+def _check_cost(cost: object, where: str) -> None:
+    if callable(cost):
+        return
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not (0 < cost < math.inf):
+        raise ValueError(f"{where}: cost must be a number above 0 or a function, got {cost!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Limits for the requests whose path matches `pattern` (and method is in `methods`).
+
+    - `limits`: one `Limit` or several, decided all-or-nothing (mix ``scope="key"`` and
+      ``scope="global"`` limits for "10/s per client and 1000/s in total"). Limits with the
+      same name share state across routes.
+    - `methods`: e.g. ``("POST", "PUT")``; ``None`` (default) matches every method.
+    - `cost`: units charged per request, or a function of the `RequestInfo` ("charge more for
+      expensive operations").
+    - `key`: a key function for this route only (default: the policy's).
+    - `exempt`: matching requests are not limited at all.
+    - `dry_run`: ``None`` follows the policy; ``True`` shadows just this route's limits.
+    """
+
+    pattern: PathPattern
+    limits: Limit | Sequence[Limit] = ()
+    methods: Collection[str] | None = None
+    cost: Cost = 1
+    key: KeyFunc | None = None
+    exempt: bool = False
+    dry_run: bool | None = None
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "regex", compile_path(self.pattern))
+        where = f"Route({self.pattern!r})"
+        lims = _limits(self.limits, where)
+        if not lims and not self.exempt:
+            raise ValueError(f"{where} has no limits; give limits=[...] or exempt=True")
+        set_(self, "limits", lims)
+        if self.methods is not None:
+            if isinstance(self.methods, str):
+                raise TypeError(f"{where}: methods must be a collection, got {self.methods!r}")
+            set_(self, "methods", frozenset(m.upper() for m in self.methods))
+        _check_cost(self.cost, where)
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.methods is not None and method not in self.methods:
+            return False
+        return self.regex.fullmatch(path) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPPolicy:
+    """Everything the middleware does that is not I/O. Immutable; share one between apps.
+
+    - `limits`: the default limits for requests no route matches (``()``: not limited).
+    - `routes`: `Route`\\ s tried in order; the first match wins.
+    - `client_ip`: a `ClientIP` (trusted proxies, IPv6 prefix); the fallback key.
+    - `key`: the key function (``APIKey(...)``, ``User(...)``, any function of a
+      `RequestInfo`); ``None`` or a ``None`` result means the client-IP key.
+    - `cost`: the default cost per request.
+    - `exempt_paths`: path patterns never limited (health checks, metrics).
+    - `exempt_keys`: keys never limited (e.g. ``APIKey.key_for(secret)``, ``"ip:10.0.0.5"``).
+    - `exempt_networks`: CIDRs of clients never limited (checked after proxy processing).
+    - `status`: the rejection status (429).
+    - `legacy_headers`: also send ``X-RateLimit-Limit/-Remaining/-Reset``.
+    - `dry_run`: shadow mode: decide, send headers, log and count, but never reject or delay.
+    - `max_delay`: seconds; a queued request (leaky bucket without nodelay) that would wait
+      longer is rejected instead and its charge refunded (``None``: burst is the only bound).
+    - `degraded_header`: response field naming the failure policy when the store was
+      unavailable (``None`` to only log).
+    - `websockets`: limit websocket handshakes too (ASGI only; default: pass through).
+    - `problem_type`: the problem+json ``type`` URI.
+    - `on_decision`: called with (request, decision, outcome) after every decision, where
+      outcome is ``"allowed"``, ``"delayed"``, ``"rejected"``, ``"shadow-rejected"`` or
+      ``"shadow-delayed"``; for metrics. Exceptions it raises are logged and ignored.
+    """
+
+    limits: Limit | Sequence[Limit] = ()
+    routes: Sequence[Route] = ()
+    client_ip: ClientIP = field(default_factory=ClientIP)
+    key: KeyFunc | None = None
+    cost: Cost = 1
+    exempt_paths: Sequence[PathPattern] = ()
+    exempt_keys: Collection[str] = ()
+    exempt_networks: Sequence[str] = ()
+    status: int = 429
+    legacy_headers: bool = False
+    dry_run: bool = False
+    max_delay: float | None = None
+    degraded_header: str | None = "X-RateLimit-Degraded"
+    websockets: bool = False
+    problem_type: str = "about:blank"
+    on_decision: Callable[[RequestInfo, Decision, str], None] | None = None
+    _exempt_paths: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    _exempt_nets: tuple[IPNetwork, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "limits", _limits(self.limits, "HTTPPolicy.limits"))
+        routes = tuple(self.routes)
+        for r in routes:
+            if not isinstance(r, Route):
+                raise TypeError(f"HTTPPolicy.routes: expected Route objects, got {r!r}")
+        set_(self, "routes", routes)
+        by_name: dict[str, Limit] = {}
+        every = [*_limits(self.limits, "limits")]
+        for r in routes:
+            every += _limits(r.limits, "route")
+        for lim in every:
+            other = by_name.setdefault(lim.name, lim)
+            if other != lim:
+                raise ValueError(
+                    f"limit name {lim.name!r} names two different limits ({other!r} and "
+                    f"{lim!r}); limits with one name share state: give them distinct names"
+                )
+        if not isinstance(self.client_ip, ClientIP):
+            raise TypeError(f"client_ip must be a ClientIP, got {self.client_ip!r}")
+        _check_cost(self.cost, "HTTPPolicy")
+        if isinstance(self.exempt_paths, str) or isinstance(self.exempt_networks, str):
+            raise TypeError("exempt_paths and exempt_networks must be lists, not one string")
+        set_(self, "_exempt_paths", tuple(compile_path(p) for p in self.exempt_paths))
+        nets = []
+        for n in self.exempt_networks:
+            try:
+                nets.append(ipaddress.ip_network(n, strict=False))
+            except ValueError:
+                raise ValueError(f"exempt network {n!r} is not an IP address or CIDR") from None
+        set_(self, "_exempt_nets", tuple(nets))
+        set_(self, "exempt_keys", frozenset(self.exempt_keys))
+        if isinstance(self.status, bool) or not isinstance(self.status, int) or not (
+            400 <= self.status <= 599
+        ):
+            raise ValueError(f"status must be a 4xx or 5xx code, got {self.status!r}")
+        if self.max_delay is not None and not (self.max_delay >= 0):
+            raise ValueError(f"max_delay must be >= 0 seconds or None, got {self.max_delay!r}")
+
+    @classmethod
+    def of(cls, policy: HTTPPolicy | Limit | Sequence[Limit]) -> HTTPPolicy:
+        """`policy` itself, or a policy with these default limits."""
+        if isinstance(policy, HTTPPolicy):
+            return policy
+        return cls(limits=policy)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to ask the limiter for one request."""
+
+    index: int  # which limiter (one per distinct set of limits)
+    key: str
+    cost: float
+    dry_run: bool
+    reserve: bool  # use reserve() so a too-long delay can be refunded
+    request: RequestInfo
+    limits: tuple[Limit, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the adapter does with a decision.
+
+    - ``action == "pass"``: wait `delay` seconds (if > 0), call the app, add `headers`.
+    - ``action == "reject"``: send `status`, `headers` and `body` without calling the app;
+      with `refund`, first cancel the reservation (its delay exceeded `max_delay`).
+    """
+
+    action: Literal["pass", "reject"]
+    decision: Decision
+    headers: list[tuple[str, str]]
+    delay: float = 0.0
+    status: int = 200
+    body: bytes = b""
+    refund: bool = False
+
+
+L = TypeVar("L")
+
+
+class _Engine(Generic[L]):
+    """A policy bound to limiters (one per distinct set of limits); shared by the adapters."""
+
+    def __init__(
+        self,
+        policy: HTTPPolicy,
+        make_limiter: Callable[[tuple[Limit, ...]], L],
+        failure: str,
+    ) -> None:
+        self.policy = policy
+        # What the degraded header says decided: "raise" is turned into "open" here.
+        self.failure = "open" if failure == "raise" else failure
+        sets: list[tuple[Limit, ...]] = []
+        self._route_index: list[int] = []
+        for r in policy.routes:
+            lims = _limits(r.limits, "route")
+            if lims and lims not in sets:
+                sets.append(lims)
+            self._route_index.append(sets.index(lims) if lims else -1)
+        default = _limits(policy.limits, "limits")
+        if default and default not in sets:
+            sets.append(default)
+        self._default_index = sets.index(default) if default else -1
+        self.limit_sets: list[tuple[Limit, ...]] = sets
+        self.limiters: list[L] = [make_limiter(s) for s in sets]
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("exempt", "allowed", "delayed", "rejected", "shadow-rejected", "shadow-delayed",
+             "degraded", "store-errors"),
+            0,
+        )
+
+    # -- 1. plan ------------------------------------------------------------------------
+
+    def plan(self, req: RequestInfo) -> Plan | None:
+        """The limiter call for `req`, or None when the request is not limited."""
+        p = self.policy
+        path = req.path
+        for rx in p._exempt_paths:
+            if rx.fullmatch(path):
+                self.stats["exempt"] += 1
+                return None
+        route: Route | None = None
+        index = self._default_index
+        for i, r in enumerate(p.routes):
+            if r.matches(req.method, path):
+                route = r
+                index = self._route_index[i]
+                break
+        if route is not None:
+            if route.exempt or index < 0:
+                self.stats["exempt"] += 1
+                return None
+        elif index < 0:
+            return None
+        req.client_ip = ip = p.client_ip.resolve(req)
+        if ip is not None and any(ip in n for n in p._exempt_nets):
+            self.stats["exempt"] += 1
+            return None
+        keyfn = route.key if route is not None and route.key is not None else p.key
+        key = keyfn(req) if keyfn is not None else None
+        key = p.client_ip.key_of(ip) if key is None else safe_key(str(key))
+        if key in p.exempt_keys:
+            self.stats["exempt"] += 1
+            return None
+        cost_of = route.cost if route is not None else p.cost
+        cost = float(cost_of(req) if callable(cost_of) else cost_of)
+        dry = p.dry_run if route is None or route.dry_run is None else route.dry_run
+        limits = self.limit_sets[index]
+        queues = any(lim.algorithm == "leaky-bucket" and not lim.nodelay for lim in limits)
+        reserve = queues and p.max_delay is not None and not dry
+        return Plan(index, key, cost, dry, reserve, req, limits)
+
+    # -- 2. store failures --------------------------------------------------------------
+
+    def store_failed(self, plan: Plan, exc: BaseException) -> Decision:
+        """The limiter raised (``failure="raise"``): admit, visibly, rather than fail."""
+        self.stats["store-errors"] += 1
+        n = self.stats["store-errors"]
+        if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: visible without flooding the log
+            log.error(
+                "rate limit check for %s %s failed (%s: %s); admitting the request "
+                "(%d store errors so far)",
+                plan.request.method, plan.request.path, type(exc).__name__, exc, n,
+            )
+        lim = plan.limits[0]
+        return Decision(True, lim.quota, 0.0, 0.0, 0.0, lim, True)
+
+    # -- 3. outcome ---------------------------------------------------------------------
+
+    def outcome(self, plan: Plan, d: Decision) -> Outcome:
+        p = self.policy
+        req = plan.request
+        headers = ratelimit_headers(d, legacy=p.legacy_headers, policies=plan.limits)
+        if d.degraded:
+            self.stats["degraded"] += 1
+            if p.degraded_header:
+                headers.append((p.degraded_header, self.failure))
+        refund = False
+        if d.allowed and p.max_delay is not None and d.delay > p.max_delay:
+            # Queued too long: reject now; retrying once the queue has drained enough works.
+            d = d._replace(allowed=False, retry_after=d.delay - p.max_delay, delay=0.0)
+            refund = plan.reserve
+            headers = ratelimit_headers(d, legacy=p.legacy_headers, policies=plan.limits)
+        if d.allowed:
+            verdict = "delayed" if d.delay > 0 else "allowed"
+            out = Outcome("pass", d, headers, delay=d.delay)
+            if plan.dry_run and d.delay > 0:
+                verdict = "shadow-delayed"
+                out = Outcome("pass", d, headers)
+        elif plan.dry_run:
+            verdict = "shadow-rejected"
+            log.info(
+                "dry run: would reject %s %s for key %r: %r",
+                req.method, req.path, plan.key, d,
+            )
+            out = Outcome("pass", d, headers)
+        else:
+            verdict = "rejected"
+            log.debug("rejecting %s %s for key %r: %r", req.method, req.path, plan.key, d)
+            hdrs = rejection_headers(d, legacy=p.legacy_headers, policies=plan.limits)
+            if d.degraded and p.degraded_header:
+                hdrs.append((p.degraded_header, self.failure))
+            body = b"" if req.method == "HEAD" else problem_body(
+                d, status=p.status, title=_phrase(p.status), type_=p.problem_type,
+                instance=req.path if req.path.isprintable() and len(req.path) <= 256 else None,
+            )
+            out = Outcome("reject", d, hdrs, status=p.status, body=body, refund=refund)
+        self.stats[verdict] += 1
+        if p.on_decision is not None:
+            try:
+                p.on_decision(req, d, verdict)
+            except Exception:
+                log.exception("on_decision hook raised")
+        return out
+
+
+def _phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return "Request Rejected"
+
+
+def status_line(status: int) -> str:
+    """``"429 Too Many Requests"`` for WSGI's start_response."""
+    return f"{status} {_phrase(status)}"
