@@ -31,6 +31,7 @@ from .limiter import (
     FailurePolicy,
     Limiter,
     Reservation,
+    merge_decisions,
 )
 from .stores import AsyncStore, MemoryStore, Store
 
@@ -60,5 +61,6 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "__version__",
+    "merge_decisions",
     "parse_rate",
 ]

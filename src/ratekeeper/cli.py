@@ -29,9 +29,9 @@ from .testing import ManualClock
 __all__ = ["main"]
 
 #: Extra subcommands registered by optional modules: name -> (add_arguments, run).
-_EXTRA: dict[
-    str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
-] = {}
+_Add = Callable[[argparse.ArgumentParser], None]
+_Run = Callable[[argparse.Namespace], int]
+_EXTRA: dict[str, tuple[_Add, _Run, str | None]] = {}
 
 
 def _json_number(x: float | None) -> float | int | None:
@@ -180,8 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="replay a trace of requests through a policy")
     _add_simulate(p)
     p.set_defaults(run=simulate)
-    for name, (add, run) in _EXTRA.items():
-        sp = sub.add_parser(name)
+    for name, (add, run, help_) in _EXTRA.items():
+        sp = sub.add_parser(name, help=help_, description=help_)
         add(sp)
         sp.set_defaults(run=run)
     return parser
@@ -209,13 +209,9 @@ def _load_extras() -> None:
             continue
 
 
-def register(
-    name: str,
-    add: Callable[[argparse.ArgumentParser], None],
-    run: Callable[[argparse.Namespace], int],
-) -> None:
+def register(name: str, add: _Add, run: _Run, help: str | None = None) -> None:
     """Add a subcommand (used by optional modules: `inspect`, `serve`, `check-config`)."""
-    _EXTRA[name] = (add, run)
+    _EXTRA[name] = (add, run, help)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ __all__ = [
     "FailurePolicy",
     "Limiter",
     "Reservation",
+    "merge_decisions",
 ]
 
 log = logging.getLogger("ratekeeper")
@@ -51,7 +52,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 CLOSED_RETRY_AFTER = 1.0
 
 
-def _merge(decisions: Sequence[Decision]) -> Decision:
+def merge_decisions(decisions: Sequence[Decision]) -> Decision:
+    """One decision for a composite check: the most restrictive of the per-limit decisions.
+
+    Among rejections, the one with the longest `retry_after` (``None``, never, is longest);
+    when all admit, the one with the fewest `remaining` (its `delay` raised to the longest
+    delay of any limit).
+    """
     if len(decisions) == 1:
         return decisions[0]
     rejected = [d for d in decisions if not d.allowed]
@@ -188,7 +195,7 @@ class _LimiterCore:
             local = [(self._fallback_limits[i], k, c) for i, (_, k, c) in enumerate(checks)]
             decisions, _ = self._fallback.decide(local, now)
             # Report the configured limits, not their local shares.
-            return _merge(
+            return merge_decisions(
                 [d._replace(limit=checks[i][0], degraded=True) for i, d in enumerate(decisions)]
             )
         lim = checks[0][0]
@@ -414,7 +421,7 @@ class Limiter(_LimiterCore):
                 lim, k, c = checks[0]
                 d: Decision = self.store.decide_one(lim, k, c, now)
             else:
-                d = _merge(self.store.decide(checks, now, True)[0])
+                d = merge_decisions(self.store.decide(checks, now, True)[0])
         except StoreError as e:
             self._store_failed(e)
             return self._degraded(checks, now)
@@ -435,7 +442,7 @@ class Limiter(_LimiterCore):
             self._store_failed(e)
             return self._degraded(checks, now)
         self._store_ok()
-        return _merge(decisions)
+        return merge_decisions(decisions)
 
     def reset(self, key: str) -> None:
         """Forget `key`'s state in every per-key limit (global limits are left alone)."""
@@ -455,7 +462,7 @@ class Limiter(_LimiterCore):
             r._done = True  # nothing was charged in the store
             return r
         self._store_ok()
-        return Reservation(self, checks, _merge(decisions), at)
+        return Reservation(self, checks, merge_decisions(decisions), at)
 
     def acquire(self, key: str, cost: float = 1, timeout: float | None = None) -> Decision:
         """Block until `cost` is admitted (like Go's ``WaitN`` or Guava's ``acquire``).
@@ -570,7 +577,7 @@ class AsyncLimiter(_LimiterCore):
                 lim, k, c = checks[0]
                 d: Decision = await self.store.adecide_one(lim, k, c, now)
             else:
-                d = _merge((await self.store.adecide(checks, now, True))[0])
+                d = merge_decisions((await self.store.adecide(checks, now, True))[0])
         except StoreError as e:
             self._store_failed(e)
             return self._degraded(checks, now)
@@ -586,7 +593,7 @@ class AsyncLimiter(_LimiterCore):
             self._store_failed(e)
             return self._degraded(checks, now)
         self._store_ok()
-        return _merge(decisions)
+        return merge_decisions(decisions)
 
     async def reset(self, key: str) -> None:
         k = self._key(key)
@@ -603,7 +610,7 @@ class AsyncLimiter(_LimiterCore):
             r._done = True
             return r
         self._store_ok()
-        return AsyncReservation(self, checks, _merge(decisions), at)
+        return AsyncReservation(self, checks, merge_decisions(decisions), at)
 
     async def acquire(self, key: str, cost: float = 1, timeout: float | None = None) -> Decision:
         """Wait until `cost` is admitted; see `Limiter.acquire`."""

@@ -82,17 +82,18 @@ class MemoryStore:
 
     def _table(self, limit: Limit) -> _Table:
         t = self._tables.get(limit.name)
-        if t is None or t.limit != limit:
-            with self._lock:
-                t = self._tables.get(limit.name)
-                if t is None:
-                    t = self._tables[limit.name] = _Table(limit)
-                elif t.limit != limit:
-                    # Same name, new parameters (a reloaded policy): keep the state, which
-                    # every algorithm reads against the new parameters. The state must be
-                    # of the same algorithm; another algorithm starts afresh.
-                    same = t.limit.algorithm == limit.algorithm
-                    t = self._tables[limit.name] = _copy_table(t, limit) if same else _Table(limit)
+        if t is not None and (t.limit is limit or t.limit == limit):
+            return t
+        with self._lock:
+            t = self._tables.get(limit.name)
+            if t is None:
+                t = self._tables[limit.name] = _Table(limit)
+            elif t.limit != limit:
+                # Same name, new parameters (a reloaded policy): keep the state, which every
+                # algorithm reads against the new parameters. The state must be of the same
+                # algorithm; another algorithm starts afresh.
+                same = t.limit.algorithm == limit.algorithm
+                t = self._tables[limit.name] = _copy_table(t, limit) if same else _Table(limit)
         return t
 
     def __len__(self) -> int:

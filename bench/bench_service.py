@@ -1,0 +1,361 @@
+"""Load benchmark of the decision service (`ratekeeper serve`) on loopback.
+
+This is a benchmark, not a test: it never fails on a slow number. It starts the real service
+in a subprocess (in-memory store, and Redis when available), drives it from load-generator
+subprocesses for a fixed time per scenario, and reports decisions per second and the
+latency a caller sees (p50, p99, p99.9), for:
+
+* ``http``: ``POST /v1/check`` over HTTP/1.1 keep-alive connections, with a minimal client
+  written on asyncio streams (httpx would cost more CPU than the service does);
+* ``grpc``: Envoy's ``ShouldRateLimit`` over grpc.aio, requests pre-encoded.
+
+Each check carries one descriptor ``[user=<one of --users>]`` against a GCRA limit of
+1000/s per user (nearly all admitted) plus a global token bucket: a composite decision of
+two limits, all-or-nothing, as a typical edge policy. The service's own CPU time per
+decision is read from /proc, so the figures can be read even when the load generator and the
+service share a small machine (they compete for the same cores).
+
+    .venv/bin/python bench/bench_service.py                    # ~30 s: 5 s per scenario
+    .venv/bin/python bench/bench_service.py --seconds 2 --only http-memory,grpc-memory
+    .venv/bin/python bench/bench_service.py --json bench/results/service.json
+
+``--redis auto`` (the default) starts a throw-away ``redis-server`` (tests/servers.py) if the
+binary and ratekeeper's Redis store are available; ``--redis URL`` uses yours (keys go under
+a fresh prefix and expire on their own); ``--redis none`` skips those scenarios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "src"), str(REPO)]
+
+POLICIES = """
+[[domains.bench.descriptors]]
+key = "user"
+limits = [
+  { name = "per-user", algorithm = "gcra", rate = "1000/s", burst = 1000 },
+  { name = "everyone", algorithm = "token-bucket", rate = "10000000/s", scope = "global" },
+]
+"""
+CLI = [sys.executable, "-c", "import sys; from ratekeeper.cli import main; sys.exit(main())"]
+METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+
+# ------------------------------------------------------------------------------ service
+
+
+class Service:
+    def __init__(self, policies: Path, store: str | None, workdir: Path) -> None:
+        self.log = workdir / f"service-{uuid.uuid4().hex[:6]}.log"
+        args = [*CLI, "serve", "--config", str(policies), "--http-port", "0", "--grpc-port",
+                "0", "--log-level", "warning", "--grace", "1"]
+        if store:
+            args += ["--store", store, "--key-prefix", f"rk-bench-{uuid.uuid4().hex[:8]}:"]
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        # The "listening" record is at info level: poll the ports instead.
+        self.http_port, self.grpc_port = self._ports()
+
+    def _ports(self) -> tuple[int, int]:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"service exited:\n{self.log.read_text()}")
+            ports = _listening_ports(self.proc.pid)
+            if len(ports) >= 2:
+                http, grpc_ = _classify(sorted(ports))
+                if http and grpc_:
+                    return http, grpc_
+            time.sleep(0.05)
+        raise SystemExit(f"service did not listen within 30 s:\n{self.log.read_text()}")
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def _listening_ports(pid: int) -> set[int]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if parts[3] == "0A" and parts[9] in inodes:  # LISTEN
+                ports.add(int(parts[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _classify(ports: list[int]) -> tuple[int | None, int | None]:
+    http = grpc_ = None
+    for port in ports:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                head = s.recv(64)
+        except OSError:
+            continue
+        if head.startswith(b"HTTP/1.1"):
+            http = port
+        else:
+            grpc_ = port
+    return http, grpc_
+
+
+# ------------------------------------------------------------------------- load clients
+
+
+def _body(user: int) -> bytes:
+    return b'{"domain":"bench","descriptors":[{"user":"u%d"}]}' % user
+
+
+async def _http_worker(port: int, users: int, deadline: float, lat: list[float],
+                       errors: list[str]) -> int:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    rnd = random.Random()
+    n = 0
+    perf = time.perf_counter
+    try:
+        while perf() < deadline:
+            body = _body(rnd.randrange(users))
+            req = (b"POST /v1/check HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json"
+                   b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            t0 = perf()
+            writer.write(req)
+            status = await reader.readline()
+            length = 0
+            while True:
+                line = await reader.readline()
+                if line in (b"\r\n", b""):
+                    break
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            await reader.readexactly(length)
+            lat.append(perf() - t0)
+            if not status.startswith(b"HTTP/1.1 200"):
+                errors.append(status.decode(errors="replace").strip())
+            n += 1
+    finally:
+        writer.close()
+    return n
+
+
+async def _grpc_workers(port: int, users: int, deadline: float, concurrency: int,
+                        lat: list[float], errors: list[str]) -> None:
+    import grpc  # noqa: PLC0415 (client processes only)
+
+    from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2  # noqa: PLC0415
+
+    pool = []
+    for u in range(min(users, 10_000)):
+        req = rls_pb2.RateLimitRequest(domain="bench")
+        req.descriptors.add().entries.add(key="user", value=f"u{u}")
+        pool.append(req.SerializeToString())
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        call = ch.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
+
+        async def worker() -> None:
+            rnd = random.Random()
+            perf = time.perf_counter
+            while perf() < deadline:
+                data = pool[rnd.randrange(len(pool))]
+                t0 = perf()
+                try:
+                    await call(data, timeout=10)
+                except grpc.RpcError as e:
+                    errors.append(str(e.code()))
+                lat.append(perf() - t0)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def client_main(args: argparse.Namespace) -> None:
+    """One load-generator process: prints its latencies (microseconds) as JSON."""
+    lat: list[float] = []
+    errors: list[str] = []
+    deadline = time.perf_counter() + args.seconds
+
+    async def run() -> None:
+        if args.client == "http":
+            await asyncio.gather(*(_http_worker(args.port, args.users, deadline, lat, errors)
+                                   for _ in range(args.concurrency)))
+        else:
+            await _grpc_workers(args.port, args.users, deadline, args.concurrency, lat, errors)
+
+    asyncio.run(run())
+    json.dump({"lat_us": [round(x * 1e6) for x in lat], "errors": errors[:20],
+               "error_count": len(errors)}, sys.stdout)
+
+
+def _drive(kind: str, port: int, seconds: float, clients: int, concurrency: int,
+           users: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--client", kind, "--port", str(port), "--seconds",
+           str(seconds), "--concurrency", str(concurrency), "--users", str(users)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE) for _ in range(clients)]
+    outs = [json.loads(p.communicate(timeout=seconds + 60)[0]) for p in procs]
+    lat = sorted(x for o in outs for x in o["lat_us"])
+    return {"lat_us": lat, "errors": sum(o["error_count"] for o in outs),
+            "error_samples": [e for o in outs for e in o["errors"]][:5]}
+
+
+def _pct(sorted_us: list[int], p: float) -> float:
+    if not sorted_us:
+        return float("nan")
+    i = min(len(sorted_us) - 1, round(p / 100 * (len(sorted_us) - 1)))
+    return sorted_us[i] / 1000.0  # ms
+
+
+# ------------------------------------------------------------------------------- main
+
+
+def _redis(choice: str, stack: list[Any]) -> str | None:
+    if choice == "none":
+        return None
+    if importlib.util.find_spec("ratekeeper.stores.redis") is None:
+        print("redis scenarios skipped: ratekeeper.stores.redis is not available",
+              file=sys.stderr)
+        return None
+    if choice != "auto":
+        return choice
+    if shutil.which("redis-server") is None:
+        print("redis scenarios skipped: no redis-server on PATH", file=sys.stderr)
+        return None
+    from tests.servers import RedisServer  # noqa: PLC0415 (only with --redis auto)
+
+    server = RedisServer("redis", name="bench-service").start()
+    stack.append(server)
+    return str(server.url)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=5.0, help="measured seconds per scenario")
+    p.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds first")
+    p.add_argument("--clients", type=int, default=1, help="load-generator processes")
+    p.add_argument("--concurrency", type=int, default=16,
+                   help="connections (http) or calls in flight (grpc) per client")
+    p.add_argument("--users", type=int, default=10_000, help="distinct keys")
+    p.add_argument("--redis", default="auto", help="auto, none or a redis:// URL")
+    p.add_argument("--only", default="", help="comma-separated scenario names")
+    p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    # client mode (internal)
+    p.add_argument("--client", choices=("http", "grpc"), help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.client:
+        client_main(args)
+        return
+
+    stack: list[Any] = []
+    workdir = Path(tempfile.mkdtemp(prefix="rk-bench-"))
+    policies = workdir / "policies.toml"
+    policies.write_text(POLICIES)
+    stores: list[tuple[str, str | None]] = [("memory", None)]
+    try:
+        redis_url = _redis(args.redis, stack)
+        if redis_url:
+            stores.append(("redis", redis_url))
+        only = set(filter(None, args.only.split(",")))
+        results = []
+        for store_name, url in stores:
+            if only and not any(s.endswith(f"-{store_name}") for s in only):
+                continue
+            svc = Service(policies, url, workdir)
+            try:
+                for kind in ("http", "grpc"):
+                    name = f"{kind}-{store_name}"
+                    if only and name not in only:
+                        continue
+                    port = svc.http_port if kind == "http" else svc.grpc_port
+                    if args.warmup > 0:
+                        _drive(kind, port, args.warmup, args.clients, args.concurrency,
+                               args.users)
+                    cpu0 = svc.cpu_seconds()
+                    t0 = time.perf_counter()
+                    run = _drive(kind, port, args.seconds, args.clients, args.concurrency,
+                                 args.users)
+                    wall = time.perf_counter() - t0
+                    cpu = svc.cpu_seconds() - cpu0
+                    lat = run["lat_us"]
+                    n = len(lat)
+                    row = {
+                        "scenario": name, "decisions": n,
+                        "per_second": n / args.seconds,
+                        "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99),
+                        "p999_ms": _pct(lat, 99.9),
+                        "mean_ms": statistics.fmean(lat) / 1000 if lat else float("nan"),
+                        "service_cpu_us_per_decision": cpu / n * 1e6 if n else float("nan"),
+                        "errors": run["errors"], "error_samples": run["error_samples"],
+                        "wall_s": wall,
+                    }
+                    results.append(row)
+                    print(f"{name:<14} {row['per_second']:>9,.0f}/s  p50 {row['p50_ms']:6.2f} ms"
+                          f"  p99 {row['p99_ms']:6.2f} ms  p99.9 {row['p999_ms']:6.2f} ms  "
+                          f"service CPU {row['service_cpu_us_per_decision']:5.0f} us/decision"
+                          f"  errors {row['errors']}", file=sys.stderr)
+            finally:
+                svc.stop()
+    finally:
+        for s in stack:
+            s.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    env = {"python": platform.python_version(), "machine": platform.machine(),
+           "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "seconds": args.seconds,
+           "clients": args.clients, "concurrency": args.concurrency, "users": args.users}
+    print(f"\n# ratekeeper serve on loopback: {args.clients} client process(es) x "
+          f"{args.concurrency} in flight, {args.seconds:g} s per scenario, "
+          f"{env['cpus']} CPUs, load average {env['loadavg'][0]:.1f} at the end")
+    print("| scenario | decisions/s | p50 ms | p99 ms | p99.9 ms | service CPU us/decision "
+          "| errors |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        print(f"| {r['scenario']} | {r['per_second']:,.0f} | {r['p50_ms']:.2f} | "
+              f"{r['p99_ms']:.2f} | {r['p999_ms']:.2f} | "
+              f"{r['service_cpu_us_per_decision']:.0f} | {r['errors']} |")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"env": env, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

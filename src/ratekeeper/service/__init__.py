@@ -1,0 +1,96 @@
+"""The decision service: ``ratekeeper serve`` (HTTP JSON API and Envoy's rate limit gRPC).
+
+    ratekeeper serve --config policies.toml [--store redis://127.0.0.1:6379/0]
+    ratekeeper check-config policies.toml
+
+Layout (see docs/service.md):
+
+- `_config`: the policies file -> an immutable `Policies` snapshot (no I/O beyond reading it);
+- `_engine`: `Engine.check`, descriptors -> rules -> one atomic store call -> statuses;
+- `_service`: `PolicyHolder` (reload = swap a snapshot) and `Service` (what transports share);
+- `_http` (Starlette), `_grpc` (grpc.aio, generated from Envoy's rls.proto in ``proto/``),
+  `_server` (uvicorn + grpc on one loop, signals, graceful shutdown), `_stats` (Prometheus),
+  `_logging` (JSON logs), `_cli` (the subcommands).
+
+Importing this package needs only the standard library; `create_app`, `RateLimitServicer`,
+`ServeOptions` and `serve` load Starlette, grpcio and uvicorn when first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from ._config import (
+    ConfigIssue,
+    Domain,
+    Policies,
+    PolicyError,
+    PolicyLimit,
+    Rule,
+    Settings,
+    check_file,
+    load_policies,
+    parse_policies,
+)
+from ._engine import (
+    CheckResult,
+    DescriptorRequest,
+    DescriptorStatus,
+    Engine,
+    InvalidRequest,
+    Override,
+    UnknownDomain,
+    make_descriptor,
+)
+from ._service import PolicyHolder, Service
+from ._stats import NullStats, PrometheusStats, Stats
+
+if TYPE_CHECKING:
+    from ._grpc import RateLimitServicer
+    from ._http import create_app
+    from ._server import ServeOptions, serve
+
+__all__ = [
+    "CheckResult",
+    "ConfigIssue",
+    "DescriptorRequest",
+    "DescriptorStatus",
+    "Domain",
+    "Engine",
+    "InvalidRequest",
+    "NullStats",
+    "Override",
+    "Policies",
+    "PolicyError",
+    "PolicyHolder",
+    "PolicyLimit",
+    "PrometheusStats",
+    "RateLimitServicer",
+    "Rule",
+    "ServeOptions",
+    "Service",
+    "Settings",
+    "Stats",
+    "UnknownDomain",
+    "check_file",
+    "create_app",
+    "load_policies",
+    "make_descriptor",
+    "parse_policies",
+    "serve",
+]
+
+_LAZY = {
+    "create_app": "._http",
+    "RateLimitServicer": "._grpc",
+    "ServeOptions": "._server",
+    "serve": "._server",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)

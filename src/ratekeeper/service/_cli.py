@@ -1,0 +1,154 @@
+"""The ``serve`` and ``check-config`` subcommands (registered with `ratekeeper.cli.register`).
+
+    ratekeeper serve [--config FILE | --example] [--store URL] [--host H]
+                     [--http-port N] [--grpc-port N] [--no-http] [--no-grpc] [--watch SECONDS]
+                     [--max-body BYTES] [--grace SECONDS] [--key-prefix P] [--max-keys N]
+                     [--log-format json|text] [--log-level LEVEL] [--access-log]
+    ratekeeper check-config FILE [FILE ...] [--quiet] [--json]
+
+This module imports nothing heavy: `serve` imports uvicorn, grpcio and Starlette only when it
+runs, and says which extra to install when they are missing; `check-config` needs only the
+standard library (plus tomli on Python 3.10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from ..cli import register
+from ._config import check_file
+
+__all__: list[str] = []
+
+_SERVE_HELP = """\
+Run the decision service: an HTTP JSON API (POST /v1/check, GET /v1/policies, /healthz,
+/readyz, /metrics) and Envoy's rate limit gRPC protocol
+(envoy.service.ratelimit.v3.RateLimitService), deciding with the policies file.
+SIGHUP reloads the policies; SIGTERM/SIGINT shut down gracefully. See docs/service.md."""
+
+
+def _port(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0..65535 (0: any free port), got {n}")
+    return n
+
+
+def _positive(text: str) -> float:
+    try:
+        f = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not f >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return f
+
+
+def _add_serve(p: argparse.ArgumentParser) -> None:
+    p.description = _SERVE_HELP
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--config", "-c", type=Path, default=None,
+                     help="policies file (TOML); default: the bundled example policies")
+    src.add_argument("--example", action="store_true",
+                     help="serve the bundled example policies (examples/policies.toml)")
+    p.add_argument("--store", default=None,
+                   help="where counters live: memory:// (default, this process only) or "
+                        "redis://host:6379/0 (shared by every replica)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
+    p.add_argument("--http-port", type=_port, default=8080, help="HTTP API port (default 8080)")
+    p.add_argument("--grpc-port", type=_port, default=8081,
+                   help="gRPC (Envoy rate limit service) port (default 8081)")
+    p.add_argument("--no-http", action="store_true", help="do not serve the HTTP API")
+    p.add_argument("--no-grpc", action="store_true", help="do not serve gRPC")
+    p.add_argument("--watch", type=_positive, default=0.0, metavar="SECONDS",
+                   help="also reload the policies when the file changes (polled every SECONDS)")
+    p.add_argument("--max-body", type=int, default=64 * 1024, metavar="BYTES",
+                   help="largest HTTP body / gRPC message accepted (default 65536)")
+    p.add_argument("--grace", type=_positive, default=10.0, metavar="SECONDS",
+                   help="on SIGTERM, how long calls in flight may take to finish (default 10)")
+    p.add_argument("--key-prefix", default="rk:", help="Redis key prefix (default rk:)")
+    p.add_argument("--max-keys", type=int, default=1_000_000,
+                   help="memory store: keys kept per limit before the least recently used "
+                        "go (default 1000000)")
+    p.add_argument("--log-format", choices=("json", "text"), default="json",
+                   help="json (default): one JSON object per line on stderr")
+    p.add_argument("--log-level", default="info",
+                   choices=("debug", "info", "warning", "error"), help="default info")
+    p.add_argument("--access-log", action="store_true", help="log every HTTP request")
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    try:
+        from ._config import PolicyError  # noqa: PLC0415
+        from ._logging import setup_logging  # noqa: PLC0415
+        from ._server import EXAMPLE_POLICIES, ServeOptions, StoreConfigError, serve  # noqa: PLC0415
+    except ImportError as e:
+        print(f"ratekeeper serve needs the service extra: pip install 'ratekeeper[service]' "
+              f"({e})", file=sys.stderr)
+        return 2
+    if args.no_http and args.no_grpc:
+        print("ratekeeper serve: --no-http and --no-grpc leave nothing to serve",
+              file=sys.stderr)
+        return 2
+    setup_logging(args.log_format, args.log_level)
+    config = args.config if args.config is not None else EXAMPLE_POLICIES
+    if args.config is None and not args.example:
+        import logging  # noqa: PLC0415
+
+        logging.getLogger("ratekeeper.service").warning(
+            "no --config given: serving the bundled example policies (%s)", config,
+            extra={"event": "example_policies"})
+    options = ServeOptions(
+        config=config, store=args.store, host=args.host,
+        http_port=None if args.no_http else args.http_port,
+        grpc_port=None if args.no_grpc else args.grpc_port,
+        watch=args.watch, max_body=args.max_body, grace=args.grace,
+        access_log=args.access_log, key_prefix=args.key_prefix, max_keys=args.max_keys,
+    )
+    try:
+        return asyncio.run(serve(options))
+    except PolicyError as e:
+        print(f"ratekeeper serve: not starting: {e}", file=sys.stderr)
+        return 2
+    except (StoreConfigError, OSError) as e:
+        print(f"ratekeeper serve: not starting: {e}", file=sys.stderr)
+        return 1
+
+
+def _add_check(p: argparse.ArgumentParser) -> None:
+    p.description = ("Validate policies files: print every error with its location (the TOML "
+                     "table path) and exit 1 if there is any.")
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+    p.add_argument("--json", action="store_true",
+                   help="print the policies as GET /v1/policies documents them (valid files)")
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    failed = 0
+    for path in args.files:
+        policies, issues = check_file(path)
+        if issues:
+            failed += 1
+            for issue in issues:
+                print(f"{path}: {issue}")
+            n = len(issues)
+            print(f"{path}: {n} error{'s' if n != 1 else ''}", file=sys.stderr)
+        elif policies is not None:
+            if args.json:
+                print(json.dumps(policies.describe(), indent=2))
+            elif not args.quiet:
+                print(f"{path}: OK ({policies.summary()})")
+    return 1 if failed else 0
+
+
+register("serve", _add_serve, _run_serve, "run the decision service (HTTP JSON API and Envoy gRPC)")
+register("check-config", _add_check, _run_check, "validate policy files; list every error")

@@ -1,0 +1,424 @@
+"""The decision engine: descriptors in, one atomic store call, a status per descriptor out.
+
+Both transports (the HTTP JSON API and Envoy's gRPC protocol) turn their requests into
+`DescriptorRequest` values with `make_descriptor` and call `Engine.check`; the answer is a
+`CheckResult` they render in their own format. So the two APIs validate, match, charge and
+count identically.
+
+One check, step by step:
+
+1. Read the live `Policies` snapshot once (a reload swaps it atomically; a check in flight
+   keeps the snapshot it started with).
+2. Match every descriptor to its rule (`Domain.match`); an unmatched descriptor is OK and
+   charges nothing, an ``unlimited`` one is OK without touching the store (both as
+   envoyproxy/ratelimit).
+3. For every limit of every matched rule, build a store check ``(limit, counter key, cost)``,
+   cost = hits (the descriptor's, else the request's) x the rule's ``cost``. Checks of the same
+   limit and key (two descriptors sharing a budget) are merged by adding their costs.
+4. Decide all enforced checks in **one** store call, all-or-nothing: if any limit rejects,
+   nothing is charged (unlike envoyproxy/ratelimit, whose fixed-window counters are bumped
+   even for a rejected request). Shadow-mode checks are decided in a second call and can
+   never reject.
+5. If the store fails, the failure policy decides (``open``, ``closed`` or ``local``), and
+   the result says ``degraded``.
+
+Time comes from the injected `clock` (the store's default: monotonic for memory, wall clock
+or server time for Redis); tests pass a `ManualClock`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+from .._errors import InvalidCost, RateKeeperError
+from .._rates import Rate
+from .._types import Decision, Limit
+from ..http.headers import ratelimit_headers, rejection_headers
+from ..limiter import CLOSED_RETRY_AFTER, merge_decisions
+from ..stores._base import AsyncStore, Check
+from ..stores.memory import MemoryStore
+from ._config import (
+    FailureMode,
+    Policies,
+    PolicyLimit,
+    Rule,
+    _name_part,
+    _name_problem,
+    counter_key,
+)
+from ._stats import NullStats, Stats
+
+__all__ = [
+    "MAX_DESCRIPTORS",
+    "MAX_ENTRIES",
+    "CheckResult",
+    "DescriptorRequest",
+    "DescriptorStatus",
+    "Engine",
+    "InvalidRequest",
+    "Override",
+    "UnknownDomain",
+    "make_descriptor",
+]
+
+log = logging.getLogger("ratekeeper.service")
+
+#: Bounds on one request, so that no request can make the service do unbounded work.
+MAX_DESCRIPTORS = 64
+MAX_ENTRIES = 32
+MAX_KEY_CHARS = 256
+MAX_VALUE_CHARS = 1024
+
+#: Seconds per unit of Envoy's RateLimitUnit / RateLimitResponse.RateLimit.Unit (month and
+#: year as envoyproxy/ratelimit counts them: 30 and 365 days).
+UNIT_SECONDS: dict[str, int] = {
+    "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400,
+    "month": 30 * 86400, "year": 365 * 86400,
+}
+
+Outcome = Literal["allowed", "rejected", "shadow_rejected", "unlimited", "unmatched"]
+
+_PROBE = Limit("fixed-window", "1/s", name="_ratekeeper.readyz")
+
+
+class InvalidRequest(RateKeeperError, ValueError):
+    """The request is malformed or asks for something impossible (HTTP 400, gRPC
+    INVALID_ARGUMENT). The message says what and where."""
+
+
+class UnknownDomain(InvalidRequest):
+    """The request names a domain the policies do not define (HTTP 404)."""
+
+    def __init__(self, domain: str, known: Sequence[str]) -> None:
+        self.domain = domain
+        self.known = tuple(known)
+        shown = ", ".join(repr(k) for k in known[:20]) + (", ..." if len(known) > 20 else "")
+        super().__init__(f"unknown domain {domain[:100]!r}; the policies define: "
+                         f"{shown or 'no domains'}")
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """Envoy's per-descriptor limit override: a fixed window of `requests_per_unit`."""
+
+    requests_per_unit: int
+    unit: str  # a key of UNIT_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class DescriptorRequest:
+    """One validated descriptor of a request: its entries and, optionally, its own hits."""
+
+    entries: tuple[tuple[str, str], ...]
+    hits: float | None = None
+    override: Override | None = None
+
+
+class DescriptorStatus(NamedTuple):
+    """What happened to one descriptor.
+
+    `outcome`: ``allowed``; ``rejected``; ``shadow_rejected`` (a shadow-mode rule would have
+    rejected; the answer is OK); ``unlimited``; ``unmatched`` (no rule: OK, nothing charged).
+    `decision` is the most restrictive decision of the rule's limits (None when no limit
+    was consulted). (A NamedTuple, like `Decision`: one is built per descriptor per check.)
+    """
+
+    outcome: Outcome
+    rule: Rule | None = None
+    decision: Decision | None = None
+    limits: tuple[Limit, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome != "rejected"
+
+
+class CheckResult(NamedTuple):
+    """The answer to one check: overall verdict, the deciding decision, per-descriptor statuses.
+
+    `decision` is the most restrictive enforced decision (the rejecting one with the longest
+    wait, else the admitting one with the fewest remaining), None when no enforced limit
+    applied. `policies` lists every enforced limit consulted, for ``RateLimit-Policy``.
+    """
+
+    domain: str
+    allowed: bool
+    decision: Decision | None
+    statuses: tuple[DescriptorStatus, ...]
+    policies: tuple[Limit, ...]
+    degraded: bool = False
+    legacy_headers: bool = False
+    generation: int = 0
+
+    def headers(self) -> list[tuple[str, str]]:
+        """The response fields the caller should send its client (via `ratekeeper.http`)."""
+        d = self.decision
+        if d is None:
+            return []
+        if d.allowed:
+            return ratelimit_headers(d, legacy=self.legacy_headers, policies=self.policies)
+        return rejection_headers(d, legacy=self.legacy_headers, policies=self.policies,
+                                 content_type=False)
+
+
+def check_hits(value: object, what: str) -> float:
+    """A request's hits (cost): a finite number above 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidRequest(f"{what} must be a number, got {_short(value)}")
+    try:
+        f = float(value)
+    except OverflowError:
+        f = math.inf
+    if not (f > 0 and f < math.inf):  # also NaN
+        raise InvalidRequest(f"{what} must be a finite number above 0, got {_short(value)}")
+    return f
+
+
+def make_descriptor(entries: Sequence[tuple[object, object]], *, hits: object = None,
+                    override: Override | None = None,
+                    where: str = "descriptor") -> DescriptorRequest:
+    """Validate one descriptor's entries (and hits); raise `InvalidRequest` saying where."""
+    if not entries:
+        raise InvalidRequest(f"{where} has no entries; a descriptor needs at least one "
+                             "key/value entry")
+    if len(entries) > MAX_ENTRIES:
+        raise InvalidRequest(f"{where} has {len(entries)} entries; at most {MAX_ENTRIES}")
+    out: list[tuple[str, str]] = []
+    for j, (k, v) in enumerate(entries):
+        if not isinstance(k, str) or not k:
+            raise InvalidRequest(f"{where}.entries[{j}].key must be a non-empty string, "
+                                 f"got {_short(k)}")
+        if not isinstance(v, str):
+            raise InvalidRequest(f"{where}.entries[{j}].value must be a string, got {_short(v)}")
+        if len(k) > MAX_KEY_CHARS:
+            raise InvalidRequest(f"{where}.entries[{j}].key is {len(k)} characters; "
+                                 f"at most {MAX_KEY_CHARS}")
+        if len(v) > MAX_VALUE_CHARS:
+            raise InvalidRequest(f"{where}.entries[{j}].value is {len(v)} characters; "
+                                 f"at most {MAX_VALUE_CHARS}")
+        out.append((k, v))
+    h = None if hits is None else check_hits(hits, f"{where} cost")
+    return DescriptorRequest(tuple(out), h, override)
+
+
+def _short(v: object) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+class Engine:
+    """Decides checks against the live policies and a store. Safe to share between tasks.
+
+    `policies` returns the current snapshot (a `PolicyHolder` or ``lambda: policies``);
+    `store` is any `AsyncStore`; `clock` defaults to the store's; `stats` receives events.
+    """
+
+    def __init__(
+        self,
+        policies: Callable[[], Policies],
+        store: AsyncStore,
+        *,
+        clock: Callable[[], float] | None = None,
+        stats: Stats | None = None,
+        fallback_max_keys: int = 100_000,
+    ) -> None:
+        self._policies = policies
+        self.store = store
+        self.clock: Callable[[], float] = clock or store.default_clock
+        self.stats: Stats = NullStats() if stats is None else stats
+        self.fallback_max_keys = fallback_max_keys
+        self._fallback: MemoryStore | None = None
+        self._failing = False
+        self._overrides: dict[tuple[str, tuple[str, ...], int, str], Rule] = {}
+
+    def __repr__(self) -> str:
+        return f"Engine(store={self.store!r}, policies={self._policies().summary()})"
+
+    @property
+    def policies(self) -> Policies:
+        return self._policies()
+
+    async def check(self, domain: str, descriptors: Sequence[DescriptorRequest],
+                    hits: float = 1.0) -> CheckResult:
+        """Decide one request. Raises `UnknownDomain` / `InvalidRequest` on bad input."""
+        snap = self._policies()
+        dom = snap.domains.get(domain)
+        if dom is None:
+            raise UnknownDomain(domain, list(snap.domains))
+        if not descriptors:
+            raise InvalidRequest("a check needs at least one descriptor")
+        if len(descriptors) > MAX_DESCRIPTORS:
+            raise InvalidRequest(f"{len(descriptors)} descriptors in one check; at most "
+                                 f"{MAX_DESCRIPTORS}")
+        settings = snap.settings
+        global_shadow = settings.shadow_mode or dom.shadow_mode
+        plans: list[tuple[Rule | None, list[tuple[str, str]], bool]] = []
+        enforced: dict[tuple[str, str], Check] = {}
+        shadow: dict[tuple[str, str], Check] = {}
+        for i, d in enumerate(descriptors):
+            if d.override is not None and settings.allow_overrides:
+                rule: Rule | None = self._override_rule(dom.name, d)
+            else:
+                rule = dom.match(d.entries)
+            if rule is None or rule.unlimited or not rule.limits:
+                plans.append((rule, [], False))
+                continue
+            base = hits if d.hits is None else d.hits
+            cost = base * rule.cost
+            if not cost <= settings.max_cost:
+                raise InvalidRequest(
+                    f"descriptor {i}: cost {cost:g} (hits {base:g} x rule cost {rule.cost:g}) "
+                    f"is above the service's max_cost of {settings.max_cost:g}")
+            is_shadow = global_shadow or rule.shadow_mode
+            group = shadow if is_shadow else enforced
+            keys: list[tuple[str, str]] = []
+            counter_keys: dict[tuple[str, ...] | None, str] = {}
+            for pl in rule.limits:
+                lim = pl.limit
+                try:
+                    c = lim.check_cost(cost)
+                except InvalidCost as e:
+                    raise InvalidRequest(f"descriptor {i}: {e} (limit {lim.name!r})") from None
+                ck = counter_keys.get(pl.by)
+                if ck is None:
+                    ck = counter_keys[pl.by] = counter_key(d.entries, pl.by)
+                k = (lim.name, ck)
+                slot = group.get(k)
+                group[k] = (lim, ck, c if slot is None else slot[2] + c)
+                keys.append(k)
+            plans.append((rule, keys, is_shadow))
+
+        now = self.clock()
+        results: dict[tuple[str, str], Decision] = {}
+        degraded = False
+        if enforced:
+            decisions, degraded = await self._decide(list(enforced.values()), now,
+                                                     settings.failure)
+            results.update(zip(enforced.keys(), decisions, strict=True))
+        shadow_results: dict[tuple[str, str], Decision] = {}
+        if shadow:
+            decisions, _ = await self._decide(list(shadow.values()), now, None)
+            shadow_results.update(zip(shadow.keys(), decisions, strict=True))
+
+        statuses: list[DescriptorStatus] = []
+        deciding: list[Decision] = []
+        consulted: dict[str, Limit] = {}
+        stats = self.stats
+        for rule, plan_keys, plan_shadow in plans:
+            if rule is None:
+                statuses.append(DescriptorStatus("unmatched"))
+                stats.decision(domain, "", "", "unmatched")
+                continue
+            if rule.unlimited:
+                statuses.append(DescriptorStatus("unlimited", rule))
+                stats.decision(domain, rule.name, "", "unlimited")
+                continue
+            if not rule.limits:  # an Envoy override of 0 requests per unit: always over
+                never = Decision(False, 0, None, 0.0, 0.0, None)
+                statuses.append(DescriptorStatus("rejected", rule, never))
+                deciding.append(never)
+                stats.decision(domain, rule.name, "", "rejected")
+                continue
+            source = shadow_results if plan_shadow else results
+            merged = merge_decisions([source[k] for k in plan_keys])
+            limits = tuple(p.limit for p in rule.limits)
+            outcome: Outcome
+            if plan_shadow:
+                outcome = "allowed" if merged.allowed else "shadow_rejected"
+            else:
+                outcome = "allowed" if merged.allowed else "rejected"
+                deciding.append(merged)
+                for lim in limits:
+                    consulted.setdefault(lim.name, lim)
+            statuses.append(DescriptorStatus(outcome, rule, merged, limits))
+            policy = merged.limit.name if merged.limit is not None else ""
+            stats.decision(domain, rule.name, policy, outcome)
+        return CheckResult(
+            domain=domain,
+            allowed=all(s.ok for s in statuses),
+            decision=merge_decisions(deciding) if deciding else None,
+            statuses=tuple(statuses),
+            policies=tuple(consulted.values()),
+            degraded=degraded,
+            legacy_headers=settings.legacy_headers,
+            generation=snap.generation,
+        )
+
+    async def _decide(self, checks: list[Check], now: float,
+                      failure: FailureMode | None) -> tuple[list[Decision], bool]:
+        """One store call; on failure, the failure policy's decisions (None: shadow, admit)."""
+        t0 = time.perf_counter()
+        try:
+            decisions, _ = await self.store.adecide(checks, now, True)
+        except Exception as e:  # any store failure, not only StoreError: never crash a check
+            self.stats.store_call(time.perf_counter() - t0, type(e).__name__)
+            self._store_failed(e, failure)
+            if failure is not None:
+                self.stats.failure_policy(failure)
+            return self._degraded(checks, now, failure), True
+        self.stats.store_call(time.perf_counter() - t0, None)
+        if self._failing:
+            self._failing = False
+            log.info("rate limit store recovered", extra={"event": "store_recovered"})
+        return decisions, False
+
+    def _store_failed(self, exc: BaseException, failure: FailureMode | None) -> None:
+        if not self._failing:
+            self._failing = True
+            log.warning(
+                "rate limit store failed (%s: %s); failure policy %r decides until it recovers",
+                type(exc).__name__, exc, failure or "open (shadow)",
+                extra={"event": "store_failed", "error": type(exc).__name__},
+                exc_info=not isinstance(exc, RateKeeperError),
+            )
+
+    def _degraded(self, checks: list[Check], now: float,
+                  failure: FailureMode | None) -> list[Decision]:
+        if failure == "local":
+            if self._fallback is None:
+                self._fallback = MemoryStore(max_keys=self.fallback_max_keys)
+            decisions, _ = self._fallback.decide(checks, now, True)
+            return [d._replace(degraded=True) for d in decisions]
+        if failure == "closed":
+            return [Decision(False, 0, CLOSED_RETRY_AFTER, CLOSED_RETRY_AFTER, 0.0, lim, True)
+                    for lim, _, _ in checks]
+        return [Decision(True, lim.quota, 0.0, 0.0, 0.0, lim, True) for lim, _, _ in checks]
+
+    def _override_rule(self, domain: str, d: DescriptorRequest) -> Rule:
+        o = d.override
+        assert o is not None
+        keys = tuple(k for k, _ in d.entries)
+        spec = (domain, keys, o.requests_per_unit, o.unit)
+        rule = self._overrides.get(spec)
+        if rule is not None:
+            return rule
+        name = f"override:{'.'.join(_name_part(k) for k in keys)}:{o.requests_per_unit}/{o.unit}"
+        if _name_problem(f"{domain}.{name}"):
+            import hashlib  # noqa: PLC0415
+
+            digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+            name = f"override:{digest}:{o.requests_per_unit}/{o.unit}"
+        limits: tuple[PolicyLimit, ...] = ()
+        if o.requests_per_unit > 0:
+            rate = Rate(o.requests_per_unit, float(UNIT_SECONDS[o.unit]))
+            limits = (PolicyLimit(Limit("fixed-window", rate, name=f"{domain}.{name}")),)
+        rule = Rule(domain, name, tuple((k, None) for k in keys), limits)
+        if len(self._overrides) >= 10_000:  # bounded: overrides come from Envoy's config
+            self._overrides.clear()
+        self._overrides[spec] = rule
+        return rule
+
+    async def probe(self, timeout: float = 2.0) -> str | None:
+        """Ask the store a harmless question (a peek); None if it answered, else the error."""
+        try:
+            await asyncio.wait_for(
+                self.store.adecide([(_PROBE, "probe", 1.0)], self.clock(), False), timeout)
+        except Exception as e:
+            return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        return None

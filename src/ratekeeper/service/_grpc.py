@@ -1,0 +1,215 @@
+"""Envoy's rate limit service protocol: ``envoy.service.ratelimit.v3.RateLimitService``.
+
+`RateLimitServicer.ShouldRateLimit` answers the call an Envoy ``envoy.filters.http.ratelimit``
+(or network / thrift ratelimit) filter makes, with the messages generated from Envoy's own
+rls.proto (``ratekeeper.service.proto``; see scripts/gen_protos.sh), so Envoy uses
+ratekeeper unchanged:
+
+- request ``domain``, ``descriptors`` (entries, optional ``limit`` override, optional
+  per-descriptor ``hits_addend``) and ``hits_addend`` (0 means 1, as in Envoy);
+- response ``overall_code``, one ``DescriptorStatus`` per descriptor in request order
+  (``code``, ``current_limit`` {requests_per_unit, unit, name}, ``limit_remaining``,
+  ``duration_until_reset``), and ``response_headers_to_add``: the ``RateLimit-Policy`` /
+  ``RateLimit`` fields (plus ``Retry-After`` on OVER_LIMIT) that Envoy adds to the response.
+
+Mirroring envoyproxy/ratelimit: an empty domain or an empty descriptor list is
+``INVALID_ARGUMENT``; a descriptor matching no rule is OK without ``current_limit``; an
+unlimited one is OK with ``limit_remaining`` = 2^32-1. Unlike it, an unknown domain is
+``INVALID_ARGUMENT`` too (with ``failure_mode_deny: false`` Envoy then lets the request
+through and counts ``ratelimit.error``; the mistake shows instead of silently allowing all).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+
+from .._types import Limit
+from ._engine import (
+    UNIT_SECONDS,
+    CheckResult,
+    DescriptorRequest,
+    InvalidRequest,
+    Override,
+    UnknownDomain,
+    make_descriptor,
+)
+from ._service import DEFAULT_MAX_BODY, Service
+from .proto.envoy.service.ratelimit.v3 import rls_pb2
+from .proto.envoy.type.v3 import ratelimit_unit_pb2
+
+__all__ = [
+    "METHOD",
+    "SERVICE",
+    "RateLimitServicer",
+    "parse_request",
+    "response_for",
+    "start_grpc_server",
+]
+
+log = logging.getLogger("ratekeeper.service")
+
+#: ``envoy.service.ratelimit.v3.RateLimitService``, from the generated descriptor.
+SERVICE: str = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
+#: The full method path Envoy calls.
+METHOD = f"/{SERVICE}/ShouldRateLimit"
+UINT32_MAX = 2**32 - 1
+
+_OK = rls_pb2.RateLimitResponse.OK
+_OVER_LIMIT = rls_pb2.RateLimitResponse.OVER_LIMIT
+_RL = rls_pb2.RateLimitResponse.RateLimit
+#: Seconds per response unit, smallest first (WEEK is left out: older Envoys do not know it).
+_UNITS: tuple[tuple[int, int], ...] = (
+    (1, _RL.SECOND), (60, _RL.MINUTE), (3600, _RL.HOUR), (86400, _RL.DAY),
+    (30 * 86400, _RL.MONTH), (365 * 86400, _RL.YEAR),
+)
+
+
+class _Undecodable:
+    """What `_deserialize` returns for bytes that are not a RateLimitRequest."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _deserialize(data: bytes) -> rls_pb2.RateLimitRequest | _Undecodable:
+    # grpc answers UNKNOWN when a deserializer raises; this lets the servicer answer
+    # INVALID_ARGUMENT with the reason instead.
+    try:
+        req: rls_pb2.RateLimitRequest = rls_pb2.RateLimitRequest.FromString(data)
+    except Exception as e:
+        return _Undecodable(str(e) or type(e).__name__)
+    return req
+
+
+def parse_request(req: rls_pb2.RateLimitRequest) -> tuple[str, list[DescriptorRequest], float]:
+    """Validate a RateLimitRequest: ``(domain, descriptors, hits)`` or `InvalidRequest`."""
+    if not req.domain:
+        raise InvalidRequest("rate limit domain must not be empty")
+    if not req.descriptors:
+        raise InvalidRequest("rate limit descriptor list must not be empty")
+    hits = float(req.hits_addend or 1)
+    out: list[DescriptorRequest] = []
+    for i, d in enumerate(req.descriptors):
+        where = f"descriptors[{i}]"
+        if d.is_negative_hits:
+            raise InvalidRequest(f"{where}: is_negative_hits (giving hits back) is not supported")
+        h: int | None = d.hits_addend.value if d.HasField("hits_addend") else None
+        override = None
+        if d.HasField("limit"):
+            unit = ratelimit_unit_pb2.RateLimitUnit.Name(d.limit.unit).lower() \
+                if d.limit.unit in ratelimit_unit_pb2.RateLimitUnit.values() else "?"
+            if unit not in UNIT_SECONDS:
+                raise InvalidRequest(f"{where}.limit.unit {d.limit.unit} is not a known unit")
+            override = Override(d.limit.requests_per_unit, unit)
+        entries = [(e.key, e.value) for e in d.entries]
+        out.append(make_descriptor(entries, hits=h, override=override, where=where))
+    return req.domain, out, hits
+
+
+def _rate_unit(lim: Limit) -> tuple[int, int]:
+    """A limit's rate as Envoy's (requests_per_unit, unit): the smallest unit with a whole
+    number of requests (10/s -> 10 per SECOND, 3/2s -> 90 per MINUTE)."""
+    per = lim.per_second
+    for seconds, unit in _UNITS:
+        n = per * seconds
+        r = round(n)
+        if r >= 1 and abs(n - r) <= 1e-9 * n:
+            return min(r, UINT32_MAX), unit
+    return max(1, min(math.floor(per * _UNITS[-1][0]), UINT32_MAX)), _UNITS[-1][1]
+
+
+def response_for(result: CheckResult) -> rls_pb2.RateLimitResponse:
+    """The RateLimitResponse for a check result."""
+    resp = rls_pb2.RateLimitResponse(overall_code=_OK if result.allowed else _OVER_LIMIT)
+    for s in result.statuses:
+        st = resp.statuses.add()
+        st.code = _OK if s.ok else _OVER_LIMIT
+        if s.outcome == "unlimited":
+            st.limit_remaining = UINT32_MAX
+        d = s.decision
+        if d is None:
+            continue
+        lim = d.limit
+        if lim is not None:
+            rpu, unit = _rate_unit(lim)
+            st.current_limit.requests_per_unit = rpu
+            st.current_limit.unit = unit
+            st.current_limit.name = lim.name
+        st.limit_remaining = min(max(int(d.remaining), 0), UINT32_MAX)
+        reset = d.reset_after if math.isfinite(d.reset_after) else 10.0**9
+        secs = max(0.0, reset)
+        whole = int(secs)
+        nanos = min(round((secs - whole) * 1e9), 999_999_999)
+        st.duration_until_reset.seconds = whole
+        st.duration_until_reset.nanos = nanos
+    for name, value in result.headers():
+        resp.response_headers_to_add.add(key=name, value=value)
+    return resp
+
+
+class RateLimitServicer:
+    """The ``RateLimitService`` implementation, on grpc.aio."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def ShouldRateLimit(  # noqa: N802 (the protocol's method name)
+        self, request: rls_pb2.RateLimitRequest | _Undecodable, context: Any
+    ) -> rls_pb2.RateLimitResponse:
+        t0 = time.perf_counter()
+        result = "error"
+        try:
+            if isinstance(request, _Undecodable):
+                raise InvalidRequest(f"not a RateLimitRequest: {request.error}")
+            domain, descriptors, hits = parse_request(request)
+            res = await self.service.engine.check(domain, descriptors, hits)
+            result = "ok"
+            return response_for(res)
+        except UnknownDomain as e:
+            result = "unknown_domain"
+            code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(e)
+        except InvalidRequest as e:
+            result = "invalid"
+            code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(e)
+        except Exception:
+            log.exception("unhandled error in ShouldRateLimit", extra={"event": "grpc_error"})
+            code, detail = grpc.StatusCode.INTERNAL, "the service failed to answer; see its log"
+        finally:
+            self.service.stats.request("grpc", result, time.perf_counter() - t0)
+        await context.abort(code, detail)
+        raise AssertionError("unreachable: context.abort raises")
+
+
+def grpc_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+async def start_grpc_server(service: Service, host: str, port: int, *,
+                            max_message: int = DEFAULT_MAX_BODY) -> tuple[Any, int]:
+    """Start a grpc.aio server for `service`; returns ``(server, bound port)``."""
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", max_message),
+        ("grpc.so_reuseport", 0),  # a port in use is an error, not a silent second listener
+    ])
+    # What the generated add_RateLimitServiceServicer_to_server does, with a deserializer
+    # that turns undecodable bytes into INVALID_ARGUMENT rather than UNKNOWN.
+    handlers = {"ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
+        RateLimitServicer(service).ShouldRateLimit,
+        request_deserializer=_deserialize,
+        response_serializer=rls_pb2.RateLimitResponse.SerializeToString,
+    )}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
+    try:
+        bound = server.add_insecure_port(grpc_address(host, port))
+    except RuntimeError as e:
+        raise OSError(f"cannot listen for gRPC on {grpc_address(host, port)}: {e}") from None
+    if not bound:
+        raise OSError(f"cannot listen for gRPC on {grpc_address(host, port)}")
+    await server.start()
+    return server, int(bound)

@@ -1,0 +1,272 @@
+"""The HTTP JSON API (a Starlette ASGI app): ``POST /v1/check`` and friends.
+
+Routes:
+
+- ``POST /v1/check``: ``{"domain": "api", "descriptors": [...], "cost": 1}`` or
+  ``{"domain": "login", "key": "alice"}`` -> ``200`` with the decision, the statuses and the
+  headers the caller should send its own client. A rejection is still a ``200``: the check
+  worked, and its answer is ``"allowed": false``. Bad input is a ``4xx`` with an RFC 9457
+  ``application/problem+json`` body saying what is wrong: ``400`` malformed or invalid,
+  ``404`` unknown domain, ``413`` body over the limit. The body must be JSON whatever its
+  Content-Type says (so ``curl -d '{...}'`` works).
+- ``GET /v1/policies``: the live policies, documented (every domain, rule and limit).
+- ``GET /healthz``: 200 while the process serves (503 once it is shutting down).
+- ``GET /readyz``: 200 when the store answers and the service is not shutting down.
+- ``GET /metrics``: Prometheus exposition.
+
+Descriptor forms accepted in ``descriptors`` (mix freely):
+
+- Envoy's: ``{"entries": [{"key": "user", "value": "alice"}], "cost": 2}`` (``hits_addend``
+  is accepted for ``cost``);
+- short: ``{"user": "alice", "op": "export"}``: every member is an entry, in order.
+
+``"key": K`` is shorthand for ``"descriptors": [{"key": K}]``, a one-entry descriptor whose
+entry key is literally ``key``, matched by a rule ``key = "key"``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .._types import Decision
+from ..cli import decision_json
+from ..http.headers import PROBLEM_CONTENT_TYPE, problem_body
+from ._engine import (
+    MAX_DESCRIPTORS,
+    CheckResult,
+    DescriptorRequest,
+    DescriptorStatus,
+    InvalidRequest,
+    UnknownDomain,
+    check_hits,
+    make_descriptor,
+)
+from ._service import Service
+from ._stats import PrometheusStats
+
+__all__ = ["create_app", "parse_check", "result_json"]
+
+log = logging.getLogger("ratekeeper.service")
+
+_TOP_MEMBERS = ("domain", "descriptors", "key", "cost", "hits_addend")
+_ENVOY_MEMBERS = ("entries", "cost", "hits_addend")
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _problem(status: int, title: str, detail: str, **extra: Any) -> Response:
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
+    return Response(json.dumps(body, ensure_ascii=True, separators=(",", ":")),
+                    status_code=status, media_type=PROBLEM_CONTENT_TYPE)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _cost(obj: Mapping[str, Any], where: str) -> Any:
+    if "cost" in obj and "hits_addend" in obj:
+        raise InvalidRequest(f"{where}: give either cost or hits_addend (its Envoy name), "
+                             "not both")
+    return obj.get("cost", obj.get("hits_addend"))
+
+
+def parse_check(body: bytes) -> tuple[str, list[DescriptorRequest], float]:
+    """Validate a ``/v1/check`` body: ``(domain, descriptors, cost)``, or `InvalidRequest`."""
+    try:
+        obj = json.loads(body, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        raise InvalidRequest(f"the body is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise InvalidRequest('the body must be a JSON object such as {"domain": "api", '
+                             '"descriptors": [{"user": "alice"}]}')
+    unknown = [k for k in obj if k not in _TOP_MEMBERS]
+    if unknown:
+        raise InvalidRequest(f"unknown member(s) {unknown}; expected: {', '.join(_TOP_MEMBERS)}")
+    domain = obj.get("domain")
+    if not isinstance(domain, str) or not domain:
+        raise InvalidRequest(f"domain must be a non-empty string, got {domain!r:.60}")
+    raw_cost = _cost(obj, "request")
+    cost = 1.0 if raw_cost is None else check_hits(raw_cost, "cost")
+    if ("descriptors" in obj) == ("key" in obj):
+        raise InvalidRequest('give either "descriptors" (a list) or "key" (a string)')
+    if "key" in obj:
+        key = obj["key"]
+        if not isinstance(key, str) or not key:
+            raise InvalidRequest(f"key must be a non-empty string, got {key!r:.60}")
+        return domain, [make_descriptor([("key", key)], where="key")], cost
+    raw = obj["descriptors"]
+    if not isinstance(raw, list):
+        raise InvalidRequest(f"descriptors must be a list, got {type(raw).__name__}")
+    if not raw:
+        raise InvalidRequest("descriptors is empty; a check needs at least one descriptor")
+    if len(raw) > MAX_DESCRIPTORS:
+        raise InvalidRequest(f"{len(raw)} descriptors in one check; at most {MAX_DESCRIPTORS}")
+    return domain, [_descriptor(d, f"descriptors[{i}]") for i, d in enumerate(raw)], cost
+
+
+def _descriptor(d: object, where: str) -> DescriptorRequest:
+    if not isinstance(d, dict):
+        raise InvalidRequest(f'{where} must be an object: {{"user": "alice"}} or '
+                             f'{{"entries": [{{"key": "user", "value": "alice"}}]}}')
+    if "entries" not in d:
+        return make_descriptor(list(d.items()), where=where)
+    unknown = [k for k in d if k not in _ENVOY_MEMBERS]
+    if unknown:
+        raise InvalidRequest(f"{where}: unknown member(s) {unknown}; expected: "
+                             f"{', '.join(_ENVOY_MEMBERS)}")
+    entries = d["entries"]
+    if not isinstance(entries, list):
+        raise InvalidRequest(f"{where}.entries must be a list of {{\"key\": ..., "
+                             f"\"value\": ...}} objects")
+    pairs: list[tuple[object, object]] = []
+    for j, e in enumerate(entries):
+        if not isinstance(e, dict) or set(e) - {"key", "value"} or "key" not in e:
+            raise InvalidRequest(f'{where}.entries[{j}] must be {{"key": ..., "value": ...}}, '
+                                 f"got {e!r:.60}")
+        pairs.append((e["key"], e.get("value", "")))
+    return make_descriptor(pairs, hits=_cost(d, where), where=where)
+
+
+def _decision(d: Decision | None) -> dict[str, Any] | None:
+    return None if d is None else decision_json(d)
+
+
+def _status_json(s: DescriptorStatus) -> dict[str, Any]:
+    return {
+        "code": "OK" if s.ok else "OVER_LIMIT",
+        "outcome": s.outcome,
+        "rule": None if s.rule is None else s.rule.name,
+        "limits": [lim.name for lim in s.limits],
+        "decision": _decision(s.decision),
+    }
+
+
+def result_json(r: CheckResult) -> dict[str, Any]:
+    """The ``/v1/check`` response body for a result."""
+    out: dict[str, Any] = {
+        "allowed": r.allowed,
+        "code": "OK" if r.allowed else "OVER_LIMIT",
+        "domain": r.domain,
+        "decision": _decision(r.decision),
+        "headers": dict(r.headers()),
+        "statuses": [_status_json(s) for s in r.statuses],
+        "degraded": r.degraded,
+        "generation": r.generation,
+    }
+    if not r.allowed and r.decision is not None:
+        out["problem"] = json.loads(problem_body(r.decision))
+    return out
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None:
+        try:
+            n = int(length)
+        except ValueError:
+            raise InvalidRequest(f"Content-Length {length!r:.30} is not a number") from None
+        if n > limit:
+            raise _BodyTooLarge(n)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLarge(size)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(service: Service) -> Starlette:
+    """The ASGI application of the decision service."""
+    engine = service.engine
+    stats = service.stats
+
+    async def check(request: Request) -> Response:
+        t0 = time.perf_counter()
+        result = "error"
+        try:
+            body = await _read_body(request, service.max_body)
+            domain, descriptors, cost = parse_check(body)
+            res = await engine.check(domain, descriptors, cost)
+            result = "ok"
+            return JSONResponse(result_json(res))
+        except _BodyTooLarge as e:
+            result = "too_large"
+            return _problem(413, "Content Too Large",
+                            f"the body is over the {service.max_body}-byte limit "
+                            f"({e.args[0]} bytes or more)")
+        except UnknownDomain as e:
+            result = "unknown_domain"
+            return _problem(404, "Unknown Domain", str(e), known_domains=list(e.known))
+        except InvalidRequest as e:
+            result = "invalid"
+            return _problem(400, "Bad Request", str(e))
+        finally:
+            stats.request("http", result, time.perf_counter() - t0)
+
+    async def policies(request: Request) -> Response:
+        doc = service.holder.current.describe()
+        doc["last_reload_error"] = service.holder.last_error
+        return JSONResponse(doc)
+
+    async def healthz(request: Request) -> Response:
+        if service.stopping:
+            return JSONResponse({"status": "stopping"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        if service.stopping:
+            return JSONResponse({"status": "stopping"}, status_code=503)
+        problem = await engine.probe()
+        if problem is not None:
+            return JSONResponse({"status": "unavailable", "store": service.store_name,
+                                 "error": problem}, status_code=503)
+        return JSONResponse({"status": "ready", "store": service.store_name,
+                             "generation": service.holder.current.generation})
+
+    async def metrics(request: Request) -> Response:
+        if not isinstance(stats, PrometheusStats):
+            return _problem(404, "Not Found", "this service keeps no Prometheus metrics")
+        body, ctype = stats.render()
+        return Response(body, media_type=ctype)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        resp = _problem(exc.status_code, _TITLES.get(exc.status_code, "Error"),
+                        f"{request.method} {request.url.path}: {exc.detail}")
+        if exc.headers:
+            resp.headers.update(exc.headers)
+        return resp
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        log.error("unhandled error in %s %s", request.method, request.url.path,
+                  exc_info=exc, extra={"event": "http_error"})
+        return _problem(500, "Internal Server Error", "the service failed to answer; see its log")
+
+    return Starlette(
+        routes=[
+            Route("/v1/check", check, methods=["POST"]),
+            Route("/v1/policies", policies, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error, Exception: server_error},
+    )
+
+
+_TITLES = {404: "Not Found", 405: "Method Not Allowed"}

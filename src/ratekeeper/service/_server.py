@@ -1,0 +1,267 @@
+"""Running the service: uvicorn (HTTP) and grpc.aio (Envoy's protocol) on one asyncio loop.
+
+`serve` loads the policies (refusing to start on a bad file), opens the store, starts both
+servers, then waits for a signal:
+
+- SIGHUP reloads the policies (a bad file is logged and the old policies stay);
+- SIGTERM or SIGINT shuts down gracefully: ``/readyz`` and ``/healthz`` turn 503, the
+  listeners stop accepting, calls in flight get up to `grace` seconds to finish, the store is
+  closed. A second SIGTERM/SIGINT stops at once.
+
+With ``watch > 0`` the policies file is also polled every `watch` seconds (mtime, size,
+inode) and reloaded when it changes. Ports may be 0 (the OS picks); the ``listening`` log line
+says which ports were bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import logging
+import math
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import uvicorn
+
+from ..stores._base import AsyncStore
+from ..stores.memory import MemoryStore
+from ._grpc import grpc_address, start_grpc_server
+from ._http import create_app
+from ._service import DEFAULT_MAX_BODY, PolicyHolder, Service
+from ._stats import PrometheusStats
+
+__all__ = ["ServeOptions", "StoreConfigError", "open_store", "serve"]
+
+log = logging.getLogger("ratekeeper.service")
+
+#: The bundled example policies (``ratekeeper serve`` without ``--config``).
+EXAMPLE_POLICIES = Path(__file__).with_name("example_policies.toml")
+
+
+class StoreConfigError(ValueError):
+    """The ``--store`` URL cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """Everything ``ratekeeper serve`` takes. Ports of None disable a listener.
+
+    Defaults mirror envoyproxy/ratelimit: HTTP on 8080, gRPC on 8081; but on 127.0.0.1, not
+    every interface (pass ``host="0.0.0.0"`` to listen on all of them).
+    """
+
+    config: Path = EXAMPLE_POLICIES
+    store: str | None = None
+    host: str = "127.0.0.1"
+    http_port: int | None = 8080
+    grpc_port: int | None = 8081
+    watch: float = 0.0
+    max_body: int = DEFAULT_MAX_BODY
+    grace: float = 10.0
+    access_log: bool = False
+    key_prefix: str = "rk:"
+    max_keys: int = 1_000_000
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + netloc))
+
+
+def open_store(url: str | None, *, prefix: str = "rk:",
+               max_keys: int = 1_000_000) -> tuple[AsyncStore, str]:
+    """``(store, description)`` for a ``--store`` URL: memory (the default) or Redis."""
+    if url is None or url in ("memory", "memory://") or url.startswith("memory:"):
+        return MemoryStore(max_keys=max_keys), "memory"
+    scheme = url.split(":", 1)[0].lower()
+    if scheme not in ("redis", "rediss", "unix") and not scheme.startswith(("redis+", "rediss+")):
+        raise StoreConfigError(
+            f"unknown store URL {_redact(url)!r}; use memory:// (the default), "
+            "redis://host:6379/0, rediss://..., unix:///path, redis+cluster://host:port or "
+            "redis+sentinel://host:port/mastername")
+    try:
+        mod = importlib.import_module("ratekeeper.stores.redis")
+        cls: Any = mod.AsyncRedisStore
+    except (ImportError, AttributeError) as e:
+        raise StoreConfigError(
+            f"--store {_redact(url)} needs ratekeeper's Redis store and redis-py "
+            f"(pip install 'ratekeeper[service]'): {e}") from None
+    try:
+        store = cls.from_url(url, prefix=prefix, client_clock=False)
+    except Exception as e:
+        raise StoreConfigError(f"cannot use --store {_redact(url)}: {e}") from None
+    return store, _redact(url)
+
+
+async def close_store(store: object) -> None:
+    for name in ("aclose", "close"):
+        fn = getattr(store, name, None)
+        if callable(fn):
+            try:
+                res = fn()
+                if inspect.isawaitable(res):
+                    await res
+            except Exception:
+                log.warning("closing the store failed", exc_info=True)
+            return
+
+
+def bind_tcp(host: str, port: int) -> socket.socket:
+    """A bound TCP listening socket (port 0: any free port), made so that asyncio sets
+    TCP_NODELAY on the connections it accepts.
+
+    asyncio only sets TCP_NODELAY on sockets whose ``proto`` is IPPROTO_TCP; a socket built as
+    ``socket.socket(AF_INET)`` (``uvicorn.Config.bind_socket``, ``socket.create_server``)
+    has proto 0, and each keep-alive response then waits ~40 ms for a delayed ACK (Nagle).
+    """
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                               proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE)
+    family, type_, proto, _, addr = infos[0]
+    sock = socket.socket(family, type_, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen for HTTP on {grpc_address(host, port)}: {e}") from None
+    return sock
+
+
+class _UvicornServer(uvicorn.Server):
+    """uvicorn without its own signal handling: `serve` owns SIGTERM/SIGINT/SIGHUP."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve(options: ServeOptions, *,
+                on_ready: Callable[[dict[str, Any]], None] | None = None,
+                stop: asyncio.Event | None = None) -> int:
+    """Run until `stop` is set or a SIGTERM/SIGINT arrives; returns the exit status.
+
+    Raises `PolicyError` if the policies file is invalid and `StoreConfigError` /
+    `OSError` if the store or a port cannot be used, before anything listens.
+    `on_ready` receives the ``listening`` record (bound ports included) once both
+    listeners accept connections.
+    """
+    stats = PrometheusStats()
+    holder = PolicyHolder(options.config, stats=stats)
+    store, store_name = open_store(options.store, prefix=options.key_prefix,
+                                   max_keys=options.max_keys)
+    service = Service(holder, store, stats=stats, max_body=options.max_body,
+                      store_name=store_name)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    http: _UvicornServer | None = None
+    http_task: asyncio.Task[None] | None = None
+    grpc_server: Any = None
+    tasks: list[asyncio.Task[Any]] = []
+    signals: list[signal.Signals] = []
+
+    def on_stop_signal() -> None:
+        if stop.is_set():  # a second signal: stop now
+            log.warning("second stop signal: closing connections now", extra={"event": "force"})
+            if http is not None:
+                http.force_exit = True
+            if grpc_server is not None:
+                tasks.append(asyncio.ensure_future(grpc_server.stop(0)))
+        stop.set()
+
+    def on_hup() -> None:
+        log.info("SIGHUP: reloading %s", holder.path, extra={"event": "sighup"})
+        holder.reload()
+
+    try:
+        listening: dict[str, Any] = {"event": "listening", "policies": str(holder.path),
+                                     "generation": holder.current.generation,
+                                     "store": store_name}
+        if options.http_port is not None:
+            config = uvicorn.Config(
+                create_app(service), host=options.host, port=options.http_port,
+                log_config=None, access_log=options.access_log, lifespan="off",
+                server_header=False, timeout_graceful_shutdown=max(1, math.ceil(options.grace)),
+            )
+            sock = bind_tcp(options.host, options.http_port)
+            http = _UvicornServer(config)
+            http_task = asyncio.create_task(http.serve(sockets=[sock]))
+            host, port = sock.getsockname()[:2]
+            listening["http"] = f"http://{grpc_address(host, port)}"
+            listening["http_port"] = port
+        if options.grpc_port is not None:
+            grpc_server, gport = await start_grpc_server(service, options.host,
+                                                         options.grpc_port,
+                                                         max_message=options.max_body)
+            listening["grpc"] = grpc_address(options.host, gport)
+            listening["grpc_port"] = gport
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, on_stop_signal)
+                signals.append(sig)
+        if hasattr(signal, "SIGHUP"):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signal.SIGHUP, on_hup)
+                signals.append(signal.SIGHUP)
+        if options.watch > 0:
+            tasks.append(asyncio.create_task(_watch(holder, options.watch, stop)))
+        if http is not None and http_task is not None:
+            while not http.started and not http_task.done():
+                await asyncio.sleep(0.005)
+            if http_task.done():
+                http_task.result()  # raises what stopped it
+                raise OSError("the HTTP server stopped during startup")
+        log.info("listening: %s", ", ".join(
+            f"{k} {listening[k]}" for k in ("http", "grpc") if k in listening), extra=listening)
+        if on_ready is not None:
+            on_ready(listening)
+        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
+        if http_task is not None:
+            waiters.append(http_task)
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if http_task is not None and http_task.done() and not stop.is_set():
+            log.error("the HTTP server stopped unexpectedly", extra={"event": "http_stopped"})
+        return 0
+    finally:
+        service.stopping = True
+        log.info("shutting down (grace %gs)", options.grace,
+                 extra={"event": "stopping", "grace": options.grace})
+        closing: list[Any] = []
+        if grpc_server is not None:
+            closing.append(grpc_server.stop(options.grace))
+        if http is not None and http_task is not None:
+            http.should_exit = True
+            closing.append(http_task)
+        for t in tasks:
+            t.cancel()
+        results = await asyncio.gather(*closing, *tasks, return_exceptions=True)
+        for r in results:
+            if isinstance(r, Exception) and not isinstance(r, asyncio.CancelledError):
+                log.warning("error while stopping: %r", r, extra={"event": "stop_error"})
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await close_store(store)
+        log.info("stopped", extra={"event": "stopped"})
+
+
+async def _watch(holder: PolicyHolder, every: float, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
+        if stop.is_set():
+            return
+        try:
+            holder.poll()
+        except Exception:  # never let the watcher die
+            log.exception("watching the policies file failed", extra={"event": "watch_error"})

@@ -1,0 +1,309 @@
+"""The decision engine in-process, on a `ManualClock`: no sleeping, no network.
+
+Timelines are written as steps at named instants (t=0, t=3600, ...).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ratekeeper import StoreUnavailable
+from ratekeeper.service import (
+    Engine,
+    InvalidRequest,
+    Override,
+    PolicyHolder,
+    UnknownDomain,
+    load_policies,
+    make_descriptor,
+)
+from ratekeeper.service._config import Policies, parse_policies_text
+from ratekeeper.stores._base import Check
+from ratekeeper.stores.memory import MemoryStore
+from ratekeeper.testing import ManualClock
+
+POLICIES = """
+[service]
+max_cost = 100
+{service}
+
+[domains.d]
+{domain}
+
+[domains.d.limits.budget]
+algorithm = "token-bucket"
+rate = "10/hour"
+by = ["user"]
+
+[[domains.d.descriptors]]
+key = "user"
+limits = [{{ algorithm = "fixed-window", rate = "3/hour" }}]
+
+  [[domains.d.descriptors.descriptors]]
+  key = "op"
+  value = "big"
+  cost = 4
+  limits = ["budget"]
+
+  [[domains.d.descriptors.descriptors]]
+  key = "op"
+  limits = ["budget"]
+
+[[domains.d.descriptors]]
+key = "ip"
+shadow_mode = true
+limits = [{{ algorithm = "fixed-window", rate = "1/hour" }}]
+
+[[domains.d.descriptors]]
+key = "tenant"
+limits = [{{ name = "all", algorithm = "fixed-window", rate = "2/hour", scope = "global" }}]
+"""
+
+
+def policies(service: str = "", domain: str = "") -> Policies:
+    return parse_policies_text(POLICIES.format(service=service, domain=domain))
+
+
+class Recorder:
+    """A `Stats` that remembers every event."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def decision(self, domain: str, rule: str, policy: str, outcome: str) -> None:
+        self.events.append(("decision", domain, rule, policy, outcome))
+
+    def store_call(self, seconds: float, error: str | None) -> None:
+        self.events.append(("store", error))
+
+    def failure_policy(self, policy: str) -> None:
+        self.events.append(("failure", policy))
+
+    def request(self, transport: str, result: str, seconds: float) -> None:
+        self.events.append(("request", transport, result))
+
+    def reload(self, ok: bool, generation: int) -> None:
+        self.events.append(("reload", ok, generation))
+
+
+class BrokenStore(MemoryStore):
+    """A memory store that fails while `down` is set."""
+
+    down = True
+
+    async def adecide(self, checks: Sequence[Check], now: float,
+                      consume: bool = True) -> tuple[list[Any], float]:
+        if self.down:
+            raise StoreUnavailable("connection refused (test)")
+        return await super().adecide(checks, now, consume)
+
+
+def engine(p: Policies | None = None, *, store: MemoryStore | None = None,
+           stats: Recorder | None = None) -> tuple[Engine, ManualClock]:
+    clock = ManualClock()
+    snap = p or policies()
+    store = MemoryStore() if store is None else store  # (an empty MemoryStore is falsy)
+    return Engine(lambda: snap, store, clock=clock, stats=stats), clock
+
+
+def desc(*entries: tuple[str, str], hits: float | None = None) -> Any:
+    return make_descriptor(list(entries), hits=hits)
+
+
+async def test_timeline_fixed_window_refills_at_the_next_window() -> None:
+    e, clock = engine()
+    u = desc(("user", "u"))
+    # t=0: three admitted, the fourth rejected until the window ends at t=3600.
+    outs = [await e.check("d", [u]) for _ in range(4)]
+    assert [o.allowed for o in outs] == [True, True, True, False]
+    assert outs[-1].decision is not None and outs[-1].decision.retry_after == 3600
+    clock.set(3599.9)
+    assert not (await e.check("d", [u])).allowed
+    clock.set(3600)  # t=3600: a new window
+    assert (await e.check("d", [u])).allowed
+
+
+async def test_costs_and_shared_budget() -> None:
+    e, _ = engine()
+    r = await e.check("d", [desc(("user", "u"), ("op", "big"))])
+    assert r.decision is not None and r.decision.remaining == 6  # 10 - rule cost 4
+    r = await e.check("d", [desc(("user", "u"), ("op", "small"))], hits=2)
+    assert r.decision is not None and r.decision.remaining == 4  # same counter ("by user")
+    r = await e.check("d", [desc(("user", "u"), ("op", "big"), hits=2)])
+    assert not r.allowed  # 8 > 4 left
+    r = await e.check("d", [desc(("user", "other"), ("op", "big"))])
+    assert r.decision is not None and r.decision.remaining == 6
+
+
+async def test_the_same_counter_twice_in_one_check_is_charged_once_with_both_costs() -> None:
+    e, _ = engine()
+    r = await e.check("d", [desc(("user", "u")), desc(("user", "u"))])
+    assert r.allowed and [s.decision.remaining for s in r.statuses if s.decision] == [1, 1]
+    r = await e.check("d", [desc(("user", "u")), desc(("user", "u"))])
+    assert not r.allowed  # 2 asked, 1 left: nothing charged
+    assert (await e.check("d", [desc(("user", "u"))])).allowed
+
+
+async def test_global_scope_is_one_counter_for_every_value() -> None:
+    e, _ = engine()
+    assert (await e.check("d", [desc(("tenant", "a"))])).allowed
+    assert (await e.check("d", [desc(("tenant", "b"))])).allowed
+    r = await e.check("d", [desc(("tenant", "c"))])
+    assert not r.allowed and r.decision is not None and r.decision.limit is not None
+    assert r.decision.limit.name == "d.all"
+
+
+async def test_shadow_mode_counts_but_never_rejects() -> None:
+    stats = Recorder()
+    e, _ = engine(stats=stats)
+    ip = desc(("ip", "1.2.3.4"))
+    outs = [await e.check("d", [ip]) for _ in range(2)]
+    assert all(o.allowed for o in outs) and outs[1].decision is None
+    assert [s.outcome for o in outs for s in o.statuses] == ["allowed", "shadow_rejected"]
+    assert ("decision", "d", "ip", "d.ip", "shadow_rejected") in stats.events
+
+
+@pytest.mark.parametrize(("where", "service", "domain"), [
+    ("service", "shadow_mode = true", ""), ("domain", "", "shadow_mode = true")])
+async def test_global_and_domain_shadow_mode(where: str, service: str, domain: str) -> None:
+    e, _ = engine(policies(service, domain))
+    outs = [await e.check("d", [desc(("user", "u"))]) for _ in range(5)]
+    assert all(o.allowed for o in outs)
+    assert outs[-1].statuses[0].outcome == "shadow_rejected"
+    assert outs[-1].headers() == []
+
+
+@pytest.mark.parametrize(("failure", "allowed"), [("open", True), ("closed", False),
+                                                  ("local", True)])
+async def test_failure_policies(failure: str, allowed: bool,
+                                caplog: pytest.LogCaptureFixture) -> None:
+    stats = Recorder()
+    store = BrokenStore()
+    e, _ = engine(policies(f'failure = "{failure}"'), store=store, stats=stats)
+    with caplog.at_level(logging.WARNING, "ratekeeper.service"):
+        r = await e.check("d", [desc(("user", "u"))])
+        await e.check("d", [desc(("user", "u"))])
+    assert r.allowed is allowed and r.degraded
+    assert r.decision is not None and r.decision.degraded
+    assert ("failure", failure) in stats.events and ("store", "StoreUnavailable") in stats.events
+    assert sum("rate limit store failed" in m for m in caplog.messages) == 1  # once, not per call
+    if failure == "local":  # the in-process fallback keeps counting: 3 per hour
+        outs = [await e.check("d", [desc(("user", "v"))]) for _ in range(4)]
+        assert [o.allowed for o in outs] == [True, True, True, False]
+    store.down = False
+    with caplog.at_level(logging.INFO, "ratekeeper.service"):
+        r = await e.check("d", [desc(("user", "u"))])
+    assert r.allowed and not r.degraded
+    assert "rate limit store recovered" in caplog.messages
+
+
+async def test_a_failing_store_never_rejects_shadow_checks() -> None:
+    e, _ = engine(policies('failure = "closed"'), store=BrokenStore())
+    r = await e.check("d", [desc(("ip", "x"))])
+    assert r.allowed and r.statuses[0].outcome == "allowed"
+
+
+async def test_probe_reports_the_store() -> None:
+    e, _ = engine()
+    assert await e.probe() is None
+    e, _ = engine(store=BrokenStore())
+    assert await e.probe() == "StoreUnavailable: connection refused (test)"
+
+
+async def test_overrides_and_their_switch() -> None:
+    e, _ = engine()
+    o = make_descriptor([("user", "u")], override=Override(1, "hour"))
+    r = await e.check("d", [o])
+    assert r.statuses[0].rule is not None
+    assert r.statuses[0].rule.name == "override:user:1/hour"
+    assert not (await e.check("d", [o])).allowed
+    e, _ = engine(policies("allow_overrides = false"))
+    r = await e.check("d", [o])
+    assert r.statuses[0].rule is not None and r.statuses[0].rule.name == "user"
+
+
+async def test_bad_requests() -> None:
+    e, _ = engine()
+    with pytest.raises(UnknownDomain) as info:
+        await e.check("nope", [desc(("user", "u"))])
+    assert info.value.known == ("d",)
+    with pytest.raises(InvalidRequest, match="at least one descriptor"):
+        await e.check("d", [])
+    with pytest.raises(InvalidRequest, match="max_cost of 100"):
+        await e.check("d", [desc(("user", "u"), ("op", "big"))], hits=26)  # 26 x 4 > 100
+    for bad in (0, -1, float("nan"), float("inf"), 10**400, "1", True, None):
+        with pytest.raises(InvalidRequest, match="cost"):
+            make_descriptor([("user", "u")], hits=bad if bad is not None else "x")
+    with pytest.raises(InvalidRequest, match="no entries"):
+        make_descriptor([])
+
+
+async def test_results_carry_the_generation(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(POLICIES.format(service="", domain=""))
+    holder = PolicyHolder(path)
+    e = Engine(holder, MemoryStore(), clock=ManualClock())
+    assert (await e.check("d", [desc(("user", "u"))])).generation == 1
+
+
+def test_holder_swaps_good_files_and_keeps_the_old_on_bad_ones(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    stats = Recorder()
+    path = tmp_path / "p.toml"
+    path.write_text(POLICIES.format(service="", domain=""))
+    holder = PolicyHolder(path, stats=stats)
+    first = holder()
+    assert first.generation == 1 and holder.poll() is None
+
+    assert holder.reload() is True and holder() is first  # unchanged: nothing swapped
+
+    path.write_text(POLICIES.format(service="", domain='description = "v2"'))
+    assert holder.poll() is True
+    assert holder().generation == 2 and holder().domains["d"].description == "v2"
+
+    path.write_text("[domains.d]\n")  # invalid: no descriptors
+    with caplog.at_level(logging.ERROR, "ratekeeper.service"):
+        assert holder.poll() is False
+    assert holder().generation == 2 and holder.last_error is not None
+    assert "a domain needs descriptors" in holder.last_error
+    (rec,) = [r for r in caplog.records if getattr(r, "event", "") == "reload_failed"]
+    assert rec.errors == ["domains.d: a domain needs descriptors: add [[domains.d.descriptors]] "  # type: ignore[attr-defined]
+                          "tables"]
+    assert holder.poll() is None  # the bad file is not retried until it changes again
+
+    path.unlink()
+    assert holder.poll() is False and holder().generation == 2
+    assert stats.events == [("reload", True, 1), ("reload", True, 2),
+                            ("reload", False, 2), ("reload", False, 2)]
+
+
+async def test_the_shared_budget_timeline_of_the_docs() -> None:
+    """docs/service.md, "A shared budget, step by step", on examples/policies.toml."""
+    p = load_policies(Path(__file__).parent.parent.parent / "examples" / "policies.toml")
+    e, clock = engine(p)
+    export = desc(("user", "alice"), ("op", "export"))
+
+    def budget(r: Any) -> tuple[bool, int, float | None]:
+        d = r.statuses[-1].decision
+        return r.allowed, d.remaining, d.retry_after
+
+    # t=0: [user=alice] and [user=alice, op=export]: per-user 1, budget 50.
+    r = await e.check("api", [desc(("user", "alice")), export])
+    assert r.allowed and budget(r) == (True, 550, 0.0)
+    # t=0: 11 more exports empty the budget; the next one must wait 50 / 10 per s = 5 s.
+    for _ in range(11):
+        assert (await e.check("api", [export])).allowed
+    assert budget(await e.check("api", [export])) == (False, 0, 5.0)
+    # t=1 s: 10 points back; a search costs 1.
+    clock.set(1.0)
+    assert budget(await e.check("api", [desc(("user", "alice"), ("op", "search"))]))[:2] == \
+        (True, 9)
+    # t=5 s: 49 points, an export needs 50: retry after 0.1 s.
+    clock.set(5.0)
+    ok, remaining, retry = budget(await e.check("api", [export]))
+    assert not ok and remaining == 49 and retry == pytest.approx(0.1)
