@@ -43,9 +43,9 @@ _UNITS: dict[str, float] = {
 
 _RATE_RE = re.compile(
     r"""^\s*
-    (?P<amount>\d+(?:\.\d+)?)\s*r?\s*       # 10, 10r (nginx), 2.5
+    (?P<amount>[0-9]+(?:\.[0-9]+)?)\s*r?\s* # 10, 10r (nginx), 2.5 (ASCII digits only)
     (?:/|\bper\b)\s*                        # "/" or "per"
-    (?P<count>\d+(?:\.\d+)?)?\s*            # optional multiplier: 3/2s, 5 per 2 seconds
+    (?P<count>[0-9]+(?:\.[0-9]+)?)?\s*      # optional multiplier: 3/2s, 5 per 2 seconds
     (?P<unit>[a-z]+)\s*$""",
     re.VERBOSE | re.IGNORECASE,
 )
@@ -99,7 +99,10 @@ def parse_rate(text: str | Rate) -> Rate:
     if not isinstance(text, str):
         raise InvalidRate(f"a rate must be a string like {_VALID_FORMS}, got {text!r}")
     if len(text) > 64:
-        raise InvalidRate(f"rate string is too long ({len(text)} characters): {text[:64]!r}...")
+        raise InvalidRate(
+            f"rate string is too long ({len(text)} characters): {text[:64]!r}...; "
+            f"valid forms: {_VALID_FORMS}"
+        )
     m = _RATE_RE.match(text)
     if m is None:
         raise InvalidRate(f"cannot parse rate {text!r}; valid forms: {_VALID_FORMS}")
@@ -112,5 +115,7 @@ def parse_rate(text: str | Rate) -> Rate:
     amount = float(m.group("amount"))
     count = float(m.group("count")) if m.group("count") else 1.0
     if amount <= 0 or count <= 0:
-        raise InvalidRate(f"rate {text!r} must have an amount and a period above 0")
+        raise InvalidRate(
+            f"rate {text!r} must have an amount and a period above 0; valid forms: {_VALID_FORMS}"
+        )
     return Rate(int(amount) if amount.is_integer() else amount, count * _UNITS[unit])

@@ -44,7 +44,10 @@ _MAX_NAME = 200
 def _number(what: str, v: object, *, allow_zero: bool = False) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise InvalidLimit(f"{what} must be a number, got {v!r}")
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:
+        raise InvalidLimit(f"{what} is too large to be a number: {v!r:.40}...") from None
     if math.isnan(f) or math.isinf(f):
         raise InvalidLimit(f"{what} must be a finite number, got {v!r}")
     if f < 0 or (f == 0 and not allow_zero):
@@ -182,7 +185,10 @@ def check_cost(cost: object) -> float:
     """A cost must be a finite number above 0 (fractions allowed except where noted)."""
     if isinstance(cost, bool) or not isinstance(cost, (int, float)):
         raise InvalidCost(f"cost must be a number, got {cost!r}")
-    c = float(cost)
+    try:
+        c = float(cost)
+    except OverflowError:
+        raise InvalidCost(f"cost is too large to be a number: {cost!r:.40}...") from None
     if not (c > 0 and c < math.inf):  # also rejects NaN
         raise InvalidCost(f"cost must be a finite number above 0, got {cost!r}")
     return c

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -94,9 +95,15 @@ def simulate(args: argparse.Namespace) -> int:
         print(f"ratekeeper simulate: {e}", file=sys.stderr)
         return 2
     clock = ManualClock()
+    try:
+        stream: IO[str] = (
+            sys.stdin if args.trace == "-" else open(args.trace, encoding="utf-8")  # noqa: SIM115
+        )
+    except OSError as e:
+        print(f"ratekeeper simulate: cannot read {args.trace!r}: {e.strerror}", file=sys.stderr)
+        return 2
     store = _open_store(args.store)
     limiter = Limiter(limit, store, clock=clock, failure="raise")
-    stream: IO[str] = sys.stdin if args.trace == "-" else open(args.trace, encoding="utf-8")  # noqa: SIM115
     show_events = args.events or not args.summary
     per_key: dict[str, list[int]] = {}
     errors = 0
@@ -109,8 +116,8 @@ def simulate(args: argparse.Namespace) -> int:
                 continue
             try:
                 t = ev.get("t", clock.now)
-                if isinstance(t, bool) or not isinstance(t, (int, float)):
-                    raise ValueError(f'"t" must be a number of seconds, got {t!r}')
+                if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+                    raise ValueError(f'"t" must be a finite number of seconds, got {t!r}')
                 key = ev.get("key", "default")
                 cost = ev.get("cost", 1)
                 clock.set(float(t))
@@ -135,7 +142,7 @@ def simulate(args: argparse.Namespace) -> int:
 
 
 def _print_summary(per_key: dict[str, list[int]], limit: Limit, out: IO[str]) -> None:
-    width = max([len("key"), *(len(k) for k in per_key)])
+    width = max([len("total"), *(len(k) for k in per_key)])
     print(
         f"policy: {limit.algorithm} {limit.rate}"
         + (f" burst={limit.burst:g}" if limit.burst is not None else ""),

@@ -186,6 +186,12 @@ class _LimiterCore:
 
     def _degraded(self, checks: Sequence[Check], now: float) -> Decision:
         """The decision the failure policy makes when the store could not."""
+        return self._degraded_charge(checks, now)[0]
+
+    def _degraded_charge(
+        self, checks: Sequence[Check], now: float
+    ) -> tuple[Decision, MemoryStore | None, list[Check]]:
+        """`_degraded`, plus where it charged the request (the local fallback, if any)."""
         if self.failure == "local":
             if self._fallback is None:
                 self._fallback = MemoryStore()
@@ -195,13 +201,16 @@ class _LimiterCore:
             local = [(self._fallback_limits[i], k, c) for i, (_, k, c) in enumerate(checks)]
             decisions, _ = self._fallback.decide(local, now)
             # Report the configured limits, not their local shares.
-            return merge_decisions(
+            merged = merge_decisions(
                 [d._replace(limit=checks[i][0], degraded=True) for i, d in enumerate(decisions)]
             )
+            return merged, (self._fallback if merged.allowed else None), local
         lim = checks[0][0]
         if self.failure == "closed":
-            return Decision(False, 0, CLOSED_RETRY_AFTER, CLOSED_RETRY_AFTER, 0.0, lim, True)
-        return Decision(True, lim.quota, 0.0, 0.0, 0.0, lim, True)
+            d = Decision(False, 0, CLOSED_RETRY_AFTER, CLOSED_RETRY_AFTER, 0.0, lim, True)
+        else:
+            d = Decision(True, lim.quota, 0.0, 0.0, 0.0, lim, True)
+        return d, None, []
 
     # -- acquire plan -------------------------------------------------------------------
 
@@ -213,6 +222,14 @@ class _LimiterCore:
         if deadline is not None and self.clock() + wait > deadline:
             raise RateLimitExceeded(d, f"would have to wait {wait:.3f}s, past the timeout: {d!r}")
         return wait
+
+    def _delay_within(self, r: Reservation, deadline: float | None) -> float:
+        """An admitted reservation's queueing delay; refund it and raise if past `deadline`."""
+        d = r.decision
+        if deadline is not None and self.clock() + d.delay > deadline:
+            r.cancel()
+            raise RateLimitExceeded(d, f"queueing delay {d.delay:g}s is past the timeout: {d!r}")
+        return d.delay
 
     @staticmethod
     def _deadline(clock: Callable[[], float], timeout: float | None) -> float | None:
@@ -230,9 +247,11 @@ def _share(lim: Limit, share: float) -> Limit:
     rate = Rate(lim.rate.amount * share, lim.rate.period)  # type: ignore[union-attr]
     burst = lim.burst
     if burst is not None:
-        burst = max(1.0, burst * share)
         if lim.algorithm == "leaky-bucket":
-            burst = float(math.floor(burst))
+            burst = float(math.floor(burst * share))  # nginx burst counts whole requests
+        else:
+            # A bucket smaller than one token would reject every unit request.
+            burst = max(min(1.0, burst), burst * share)
     return Limit(
         lim.algorithm,
         rate,
@@ -252,12 +271,18 @@ class Reservation:
     further calls do nothing). Used as a context manager, it cancels when the block raises.
     """
 
-    __slots__ = ("_checks", "_done", "_limiter", "at", "decision")
+    __slots__ = ("_checks", "_done", "_limiter", "_store", "at", "decision")
 
     def __init__(
-        self, limiter: Limiter, checks: list[Check], decision: Decision, at: float
+        self,
+        limiter: Limiter,
+        checks: list[Check],
+        decision: Decision,
+        at: float,
+        store: Store | None = None,
     ) -> None:
         self._limiter = limiter
+        self._store = limiter.store if store is None else store
         self._checks = checks
         self.decision = decision
         self.at = at
@@ -276,8 +301,7 @@ class Reservation:
         if self._done:
             return False
         self._done = True
-        lim = self._limiter
-        lim.store.refund(self._checks, lim.clock(), self.at)
+        self._store.refund(self._checks, self._limiter.clock(), self.at)
         return True
 
     def __enter__(self) -> Reservation:
@@ -294,12 +318,18 @@ class Reservation:
 class AsyncReservation:
     """`Reservation` for `AsyncLimiter`: ``await r.cancel()``; ``async with`` cancels on error."""
 
-    __slots__ = ("_checks", "_done", "_limiter", "at", "decision")
+    __slots__ = ("_checks", "_done", "_limiter", "_store", "at", "decision")
 
     def __init__(
-        self, limiter: AsyncLimiter, checks: list[Check], decision: Decision, at: float
+        self,
+        limiter: AsyncLimiter,
+        checks: list[Check],
+        decision: Decision,
+        at: float,
+        store: AsyncStore | None = None,
     ) -> None:
         self._limiter = limiter
+        self._store = limiter.store if store is None else store
         self._checks = checks
         self.decision = decision
         self.at = at
@@ -317,8 +347,7 @@ class AsyncReservation:
         if self._done:
             return False
         self._done = True
-        lim = self._limiter
-        await lim.store.arefund(self._checks, lim.clock(), self.at)
+        await self._store.arefund(self._checks, self._limiter.clock(), self.at)
         return True
 
     async def __aenter__(self) -> AsyncReservation:
@@ -409,6 +438,13 @@ class Limiter(_LimiterCore):
         hit.__doc__ = Limiter.hit.__doc__
         return hit
 
+    async def _asleep(self, seconds: float) -> None:
+        """Sleep in a coroutine: `asyncio.sleep`, unless a sleep function was injected."""
+        if self._sleep is time.sleep:
+            await asyncio.sleep(seconds)
+        else:
+            self._sleep(seconds)  # an injected sleep (ManualClock.sleep) does not block
+
     def hit(self, key: str, cost: float = 1) -> Decision:
         """Check `key` and, if every limit admits `cost`, charge it. Returns the `Decision`."""
         return self._hit(key, cost)
@@ -457,9 +493,9 @@ class Limiter(_LimiterCore):
             decisions, at = self.store.decide(checks, now, True)
         except StoreError as e:
             self._store_failed(e)
-            d = self._degraded(checks, now)
-            r = Reservation(self, checks, d, now)
-            r._done = True  # nothing was charged in the store
+            d, charged, local = self._degraded_charge(checks, now)
+            r = Reservation(self, local, d, now, charged)
+            r._done = charged is None  # nothing was charged anywhere: nothing to refund
             return r
         self._store_ok()
         return Reservation(self, checks, merge_decisions(decisions), at)
@@ -473,10 +509,11 @@ class Limiter(_LimiterCore):
         """
         deadline = self._deadline(self.clock, timeout)
         while True:
-            d = self.hit(key, cost)
+            r = self.reserve(key, cost)
+            d = r.decision
             if d.allowed:
                 if d.delay > 0:
-                    self._sleep(d.delay)
+                    self._sleep(self._delay_within(r, deadline))
                 return d
             self._sleep(self._wait_for(d, deadline))
 
@@ -493,7 +530,8 @@ class Limiter(_LimiterCore):
         `key` is a fixed string or a function of the call's arguments (default: the
         function's qualified name, i.e. one limit for all callers). Without `wait`, a
         rejected call raises `RateLimitExceeded`; with ``wait=True`` the call waits like
-        `acquire` (``await asyncio.sleep`` for coroutine functions), up to `timeout`.
+        `acquire` (``await asyncio.sleep`` for coroutine functions, or the injected `sleep`),
+        up to `timeout`. A call admitted with a queueing `delay` (leaky bucket) runs after it.
         """
 
         def decorate(fn: F) -> F:
@@ -506,14 +544,15 @@ class Limiter(_LimiterCore):
                     k, c = key_of(*args, **kwargs), cost_of(*args, **kwargs)
                     deadline = self._deadline(self.clock, timeout)
                     while True:
-                        d = self.hit(k, c)
+                        r = self.reserve(k, c)
+                        d = r.decision
                         if d.allowed:
                             if d.delay > 0:
-                                await asyncio.sleep(d.delay)
+                                await self._asleep(self._delay_within(r, deadline))
                             return await fn(*args, **kwargs)
                         if not wait:
                             raise RateLimitExceeded(d)
-                        await asyncio.sleep(self._wait_for(d, deadline))
+                        await self._asleep(self._wait_for(d, deadline))
 
                 return cast(F, async_wrapper)
 
@@ -526,6 +565,8 @@ class Limiter(_LimiterCore):
                     d = self.hit(k, c)
                     if not d.allowed:
                         raise RateLimitExceeded(d)
+                    if d.delay > 0:
+                        self._sleep(d.delay)  # admitted behind others: wait its turn
                 return fn(*args, **kwargs)
 
             return cast(F, wrapper)
@@ -606,8 +647,9 @@ class AsyncLimiter(_LimiterCore):
             decisions, at = await self.store.adecide(checks, now, True)
         except StoreError as e:
             self._store_failed(e)
-            r = AsyncReservation(self, checks, self._degraded(checks, now), now)
-            r._done = True
+            d, charged, local = self._degraded_charge(checks, now)
+            r = AsyncReservation(self, local, d, now, charged)
+            r._done = charged is None  # nothing was charged anywhere: nothing to refund
             return r
         self._store_ok()
         return AsyncReservation(self, checks, merge_decisions(decisions), at)
@@ -616,8 +658,12 @@ class AsyncLimiter(_LimiterCore):
         """Wait until `cost` is admitted; see `Limiter.acquire`."""
         deadline = self._deadline(self.clock, timeout)
         while True:
-            d = await self.hit(key, cost)
+            r = await self.reserve(key, cost)
+            d = r.decision
             if d.allowed:
+                if d.delay > 0 and deadline is not None and self.clock() + d.delay > deadline:
+                    await r.cancel()
+                    raise RateLimitExceeded(d, f"queueing delay {d.delay:g}s is past the timeout")
                 if d.delay > 0:
                     await self._sleep(d.delay)
                 return d
@@ -651,6 +697,8 @@ class AsyncLimiter(_LimiterCore):
                     d = await self.hit(k, c)
                     if not d.allowed:
                         raise RateLimitExceeded(d)
+                    if d.delay > 0:
+                        await self._sleep(d.delay)  # admitted behind others: wait its turn
                 return await fn(*args, **kwargs)
 
             return cast(F, wrapper)

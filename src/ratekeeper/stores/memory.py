@@ -26,6 +26,7 @@ awaiting anything, so they never block the event loop for longer than that.
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -68,32 +69,34 @@ class MemoryStore:
         # Evict in batches: scanning from the LRU end walks over slots freed by earlier
         # deletions until the dict compacts, so one scan per batch keeps eviction O(1)
         # amortised instead of O(n) per key.
-        self._batch = max(1, min(4096, max_keys // 64))
-        self._tables: dict[str, _Table] = {}
+        self._batch = min(4096, max_keys // 64)
+        # Keyed by (name, algorithm): a reload that keeps a limit's name but changes its
+        # algorithm gets a table of its own (the old state means nothing to the new algorithm),
+        # while limiters still holding the old limit keep working on theirs.
+        self._tables: dict[tuple[str, str], _Table] = {}
         self._lock = threading.Lock()
         self.evicted = 0  # keys dropped before they had recovered (see module docstring)
         self.expired = 0  # recovered keys dropped
 
     def __repr__(self) -> str:
-        sizes = {name: len(t.data) for name, t in self._tables.items()}
+        sizes = {name: len(t.data) for (name, _), t in self._tables.items()}
         return f"MemoryStore(max_keys={self.max_keys}, keys={sizes}, evicted={self.evicted})"
 
     # -- table management ----------------------------------------------------------
 
     def _table(self, limit: Limit) -> _Table:
-        t = self._tables.get(limit.name)
+        ident = (limit.name, limit.algorithm)
+        t = self._tables.get(ident)
         if t is not None and (t.limit is limit or t.limit == limit):
             return t
         with self._lock:
-            t = self._tables.get(limit.name)
+            t = self._tables.get(ident)
             if t is None:
-                t = self._tables[limit.name] = _Table(limit)
+                t = self._tables[ident] = _Table(limit)
             elif t.limit != limit:
-                # Same name, new parameters (a reloaded policy): keep the state, which every
-                # algorithm reads against the new parameters. The state must be of the same
-                # algorithm; another algorithm starts afresh.
-                same = t.limit.algorithm == limit.algorithm
-                t = self._tables[limit.name] = _copy_table(t, limit) if same else _Table(limit)
+                # Same name and algorithm, new parameters (a reloaded policy): keep the state,
+                # which every algorithm reads against the new parameters.
+                t = self._tables[ident] = _copy_table(t, limit)
         return t
 
     def __len__(self) -> int:
@@ -101,12 +104,12 @@ class MemoryStore:
 
     def keys(self, limit: Limit) -> int:
         """Number of keys held for `limit`."""
-        t = self._tables.get(limit.name)
+        t = self._tables.get((limit.name, limit.algorithm))
         return len(t.data) if t else 0
 
     def state(self, limit: Limit, key: str) -> Any:
         """The raw algorithm state of `key` (``None`` if absent), for inspection and tests."""
-        t = self._tables.get(limit.name)
+        t = self._tables.get((limit.name, limit.algorithm))
         return None if t is None else t.data.get(key)
 
     # -- eviction and expiry (called with the lock held) -----------------------------
@@ -115,7 +118,8 @@ class MemoryStore:
         t.inserts += 1
         data = t.data
         if len(data) > self.max_keys:
-            self._evict(t, now, len(data) - self.max_keys + self._batch)
+            # Evict a batch below the bound, but never the key just inserted (the MRU end).
+            self._evict(t, now, min(len(data) - self.max_keys + self._batch, len(data) - 1))
         elif t.inserts % self.sweep_every == 0:
             self._expire_oldest(t, now, self._batch)
 
@@ -229,15 +233,21 @@ class MemoryStore:
                 except BaseException:
                     if state is not None:
                         data[key] = state  # lose nothing, whatever went wrong
-                    raise
-                if new is not None:
-                    data[key] = new
-                    if state is None:
-                        after_insert(t, now)
-                elif state is not None:
-                    data[key] = state
+                    if isinstance(sys.exc_info()[1], OverflowError):
+                        decision = None  # an int cost too large for a float: see below
+                    else:
+                        raise
+                else:
+                    if new is not None:
+                        data[key] = new
+                        if state is None:
+                            after_insert(t, now)
+                    elif state is not None:
+                        data[key] = state
             finally:
                 release()
+            if decision is None:
+                return slow(key, cost)  # validates the cost and says what is wrong
             return decision
 
         return hit
@@ -278,7 +288,7 @@ class MemoryStore:
     def reset(self, limits: Sequence[Limit], key: str) -> None:
         with self._lock:
             for limit in limits:
-                t = self._tables.get(limit.name)
+                t = self._tables.get((limit.name, limit.algorithm))
                 if t is not None:
                     t.data.pop(key, None)
 
