@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
@@ -35,7 +36,10 @@ from tests.servers import (
     find_server_binary,
 )
 
-__all__ = ["assert_all_keys_have_ttl"]
+if TYPE_CHECKING:
+    from ratekeeper.stores.redis import AsyncRedisStore, RedisStore
+
+__all__ = ["StoreTarget", "assert_all_keys_have_ttl"]
 
 KINDS: list[ServerKind] = ["redis", "valkey"]
 
@@ -74,6 +78,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     server_fixtures = {
         "redis_server", "valkey_server", "any_server", "any_client",
         "sentinel", "server_factory", "redis_cluster", "cluster_client",
+        "target", "standalone",
     }  # fmt: skip
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
@@ -213,3 +218,108 @@ def sentinel() -> Iterator[SentinelSetup]:
         yield setup
     finally:
         setup.stop()
+
+
+# ---------------------------------------------------------------- stores (RedisStore tests)
+
+
+class StoreTarget:
+    """One place a `RedisStore` can run: the session's redis or valkey server (flushed), or
+    the session's cluster (restored and flushed). Stores made here are closed at teardown,
+    and teardown fails if any key was left without a TTL."""
+
+    def __init__(self, kind: str, url: str, admin: redis.Redis | redis.cluster.RedisCluster,
+                 servers: list[RedisServer]) -> None:
+        self.kind = kind
+        self.url = url
+        self.admin = admin
+        self.servers = servers
+        self._stores: list[object] = []
+        self._admins: dict[int, redis.Redis] = {}
+
+    @property
+    def is_cluster(self) -> bool:
+        return self.kind == "cluster"
+
+    def store(self, **options: object) -> RedisStore:
+        from ratekeeper.stores.redis import RedisStore  # noqa: PLC0415
+
+        s = RedisStore.from_url(self.url, **options)  # type: ignore[arg-type]
+        self._stores.append(s)
+        return s
+
+    def astore(self, **options: object) -> AsyncRedisStore:
+        from ratekeeper.stores.redis import AsyncRedisStore  # noqa: PLC0415
+
+        s = AsyncRedisStore.from_url(self.url, **options)  # type: ignore[arg-type]
+        self._stores.append(s)
+        return s
+
+    def reads(self) -> int:
+        """``total_reads_processed`` summed over the primaries: socket reads, i.e. round
+        trips (commands a script runs inside the server are not reads), less the
+        ``REPLCONF ACK`` a replica sends its primary every second. Each call costs one read
+        (its INFO) on every primary."""
+        total = 0
+        for server in self.servers:
+            if not server.running or server.paused:
+                continue
+            c = self._admins.get(server.port)
+            if c is None:
+                c = self._admins[server.port] = server.admin()
+            info = c.info("all")
+            if info.get("role") == "master":
+                acks = info.get("cmdstat_replconf", {}).get("calls", 0)
+                total += int(info["total_reads_processed"]) - int(acks)
+        return total
+
+    def close(self) -> None:
+        for s in self._stores:
+            close = getattr(s, "close", None)
+            if close is not None:
+                close()
+        for c in self._admins.values():
+            c.close()
+
+    def __repr__(self) -> str:
+        return f"<StoreTarget {self.kind} {self.url}>"
+
+
+@pytest.fixture(params=["redis", "valkey", "cluster"])
+def target(request: pytest.FixtureRequest) -> Iterator[StoreTarget]:
+    """Parametrized over a standalone redis, a standalone valkey and the redis cluster."""
+    kind = request.param
+    if kind == "cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        admin: redis.Redis | redis.cluster.RedisCluster = request.getfixturevalue("cluster_client")
+        node = cluster.primaries()[0]
+        t = StoreTarget(kind, f"redis+cluster://{node.host}:{node.port}", admin, cluster.nodes)
+    else:
+        server: RedisServer = request.getfixturevalue(f"{kind}_server")
+        with server.admin() as c:
+            c.flushall()
+        admin = server.client()
+        t = StoreTarget(kind, server.url, admin, [server])
+    try:
+        yield t
+        assert_all_keys_have_ttl(admin)
+    finally:
+        t.close()
+        if kind != "cluster":
+            admin.close()
+
+
+@pytest.fixture(params=["redis", "valkey"])
+def standalone(request: pytest.FixtureRequest) -> Iterator[StoreTarget]:
+    """Like `target`, for the standalone servers only."""
+    server: RedisServer = request.getfixturevalue(f"{request.param}_server")
+    with server.admin() as c:
+        c.flushall()
+    admin = server.client()
+    t = StoreTarget(request.param, server.url, admin, [server])
+    try:
+        yield t
+        assert_all_keys_have_ttl(admin)
+    finally:
+        t.close()
+        admin.close()

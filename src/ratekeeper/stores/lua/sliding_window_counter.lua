@@ -1,0 +1,119 @@
+-- sliding-window-counter (algorithm id 6): mirrors
+-- ratekeeper/algorithms/sliding_window_counter.py line by line (Cloudflare's estimate).
+--
+-- KEYS: the state key, a hash {k = <current window index>, prev = <cost admitted in window
+--       k-1>, curr = <cost admitted in window k>}; windows are [k*P, (k+1)*P).
+-- ARGV: p1 = N, cost per period (Limit.capacity, float)
+--       p2 = P, the period in seconds (Limit.period, float); p3 unused.
+-- decide: estimate = prev * (P - elapsed) / P + curr (elapsed = now - k*P); allowed iff
+--       estimate + cost <= N. retry_after solves the estimate for the earliest time the cost
+--       fits (false when cost > N).
+-- ttl:  (k + 2) * P - now when curr > 0, else (k + 1) * P - now.
+
+ALGOS[6] = function()  -- built on first use (see _common.lua)
+  local function load(key)
+    return load_fields(key, 'k', 'prev', 'curr')
+  end
+
+  local function roll(state, now, p)
+    local k = floor(now / p + EPS)
+    if state == nil then
+      return k, 0, 0
+    end
+    local sk, prev, curr = state[1], state[2], state[3]
+    if k == sk then
+      return k, prev, curr
+    end
+    if k == sk + 1 then
+      return k, curr, 0
+    end
+    if k > sk then
+      return k, 0, 0
+    end
+    return sk, prev, curr  -- clock went back into an earlier window: keep the stored one
+  end
+
+  local function estimate(k, prev, curr, now, p)
+    local elapsed = now - k * p
+    if elapsed < 0 then
+      elapsed = 0
+    end
+    return prev * (p - elapsed) / p + curr
+  end
+
+  local function decide(key, now, cost, n, p)
+    local k, prev, curr = roll(load(key), now, p)
+    local est = estimate(k, prev, curr, now, p)
+    local start = k * p
+    if est + cost <= n + EPS then
+      curr = curr + cost
+      local reset
+      if curr ~= 0 then
+        reset = start + 2 * p - now
+      else
+        reset = start + p - now
+      end
+      return {k, prev, curr}, 1, floor_remaining(n - est - cost), 0, reset, 0
+    end
+    local retry = false
+    if cost <= n then
+      if curr + cost <= n then
+        -- prev * (P - e) / P <= N - curr - c  =>  e >= P - (N - curr - c) * P / prev
+        local e = p - (n - curr - cost) * p / prev
+        retry = start + e - now
+      else
+        -- next window: curr * (P - e) / P + c <= N  =>  e >= P - (N - c) * P / curr
+        local e = p - (n - cost) * p / curr
+        retry = start + p + e - now
+      end
+      if retry < 0 then
+        retry = 0  -- max(retry, 0.0)
+      end
+    end
+    local reset
+    if curr ~= 0 then
+      reset = start + 2 * p - now
+    elseif prev ~= 0 then
+      reset = start + p - now
+    else
+      reset = now - now
+    end
+    return nil, 0, floor_remaining(n - est), retry, reset, 0
+  end
+
+  local function write(key, s, now, n, p)
+    redis.call('HSET', key, 'k', fmt(s[1]), 'prev', fmt(s[2]), 'curr', fmt(s[3]))
+    local w = 1
+    if s[3] ~= 0 then
+      w = 2
+    end
+    redis.call('PEXPIRE', key, expiry_ms((s[1] + w) * p - now))
+  end
+
+  local function refund(key, now, cost, at, n, p)
+    local state = load(key)
+    if state == nil then
+      return
+    end
+    local k, prev, curr = state[1], state[2], state[3]
+    local ak = floor(at / p + EPS)
+    if ak == k then
+      curr = curr - cost
+      if not (curr > 0) then
+        curr = 0  -- max(0.0, x)
+      end
+    elseif ak == k - 1 then
+      prev = prev - cost
+      if not (prev > 0) then
+        prev = 0
+      end
+    end
+    if prev > EPS or curr > EPS then
+      write(key, {k, prev, curr}, now, n, p)
+      return
+    end
+    redis.call('DEL', key)
+  end
+
+  return {decide = decide, write = write, refund = refund}
+end

@@ -1,0 +1,107 @@
+-- sliding-window-log (algorithm id 5): mirrors ratekeeper/algorithms/sliding_window_log.py.
+--
+-- KEYS: the state key, a list of admitted timestamps in admission order, one element per unit
+--       of cost (a request of cost 3 at t is three elements fmt(t)). A run of equal
+--       timestamps is one (ts, cost) entry of the Python state, so the list holds at most N
+--       elements and LLEN is the admitted cost. Like `limits`' moving window, this keeps
+--       every operation O(1) or O(entries touched) rather than O(N) per decision.
+-- ARGV: p1 = N, cost per window (Limit.capacity, float; costs are whole numbers)
+--       p2 = P, the window length in seconds (Limit.period, float); p3 unused.
+-- decide: entries at or before now - P are expired (dropped when the request is charged; a
+--       rejection writes nothing); allowed iff live + cost <= N. retry_after = when enough
+--       live cost has slid out: ts + P - now of the entry that frees it (false when cost > N).
+-- ttl:  the newest entry + P - now.
+
+ALGOS[5] = function()  -- built on first use (see _common.lua)
+  local CHUNK = 128
+
+  -- _live(): index (0-based) of the first entry with ts > now - P, and the list length.
+  -- Scans from the head like the Python loop, stopping at the first live entry.
+  local function live_start(key, now, p)
+    local cutoff = now - p
+    local len = redis.call('LLEN', key)
+    local i = 0
+    while i < len do
+      local chunk = redis.call('LRANGE', key, i, i + CHUNK - 1)
+      if #chunk == 0 then
+        break
+      end
+      for j = 1, #chunk do
+        if num(chunk[j], key, 'log entry') > cutoff then
+          return i + j - 1, len
+        end
+      end
+      i = i + #chunk
+    end
+    return len, len
+  end
+
+  local function at_index(key, i)
+    return num(redis.call('LINDEX', key, i), key, 'log entry')
+  end
+
+  local function decide(key, now, cost, n, p)
+    local i0, len = live_start(key, now, p)
+    local used = len - i0
+    if used + cost <= n + EPS then
+      return {i0, now, cost}, 1, floor_remaining(n - used - cost), 0, now + p - now, 0
+    end
+    local retry = false
+    if cost <= n then
+      -- Free entries oldest first until used - freed + cost <= N + EPS. Units are whole, so
+      -- the first such count f (found exactly, then checked with the Python expression) lies
+      -- in the entry Python stops at.
+      local limit = n + EPS
+      local f = math.ceil(used + cost - limit)
+      if f < 1 then
+        f = 1
+      end
+      while f > 1 and used - (f - 1) + cost <= limit do
+        f = f - 1
+      end
+      while not (used - f + cost <= limit) do
+        f = f + 1
+      end
+      if f <= used then
+        retry = at_index(key, i0 + f - 1) + p - now
+      end
+    end
+    local reset = 0
+    if used > 0 then
+      reset = at_index(key, -1) + p - now
+    end
+    return nil, 0, floor_remaining(n - used), retry, reset, 0
+  end
+
+  local function write(key, s, now, n, p)
+    local drop, ts, cost = s[1], fmt(s[2]), s[3]
+    if drop > 0 then
+      redis.call('LTRIM', key, drop, -1)
+    end
+    local batch = {}
+    for _ = 1, cost do
+      batch[#batch + 1] = ts
+      if #batch == 1000 then
+        redis.call('RPUSH', key, unpack(batch))
+        batch = {}
+      end
+    end
+    if #batch > 0 then
+      redis.call('RPUSH', key, unpack(batch))
+    end
+    redis.call('PEXPIRE', key, expiry_ms(s[2] + p - now))
+  end
+
+  local function refund(key, now, cost, at, n, p)
+    if redis.call('EXISTS', key) == 0 then
+      return
+    end
+    redis.call('LREM', key, cost, fmt(at))  -- oldest matching units first, as Python does
+    if redis.call('LLEN', key) == 0 then
+      return  -- an empty list is deleted by Redis: the Python refund returns None
+    end
+    redis.call('PEXPIRE', key, expiry_ms(at_index(key, -1) + p - now))
+  end
+
+  return {decide = decide, write = write, refund = refund}
+end

@@ -1,0 +1,134 @@
+"""AsyncRedisStore on real servers: the same decisions as the sync store, and coalescing.
+
+Checks issued in the same event-loop iteration go out as one pipeline (one round trip per
+server, counted by the server's ``total_reads_processed``); a lone check is one EVALSHA.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ratekeeper import GLOBAL_KEY, AsyncLimiter, Limit, MemoryStore
+from ratekeeper.stores._base import AsyncStore
+from ratekeeper.stores.redis import AsyncRedisStore
+from ratekeeper.testing import ManualClock
+from tests.conformance.test_conformance import CASE_FILES, as_output, assert_agrees, limit_of, load
+from tests.integration.conftest import StoreTarget
+
+
+def open_store(target: StoreTarget, **options: object) -> AsyncRedisStore:
+    return AsyncRedisStore.from_url(target.url, prefix=f"rk-async-{uuid.uuid4().hex[:8]}:",
+                                    **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", CASE_FILES, ids=[p.stem for p in CASE_FILES])
+async def test_conformance_case(target: StoreTarget, path: Path) -> None:
+    case = load(path)
+    limit = limit_of(case)
+    clock = ManualClock()
+    async with open_store(target, client_clock=True) as store:
+        assert isinstance(store, AsyncStore)
+        limiter = AsyncLimiter(limit, store, clock=clock, failure="raise")
+        outs = []
+        for ev in case["events"]:
+            clock.set(ev["t"])
+            outs.append(as_output(await limiter.hit(ev["key"], ev.get("cost", 1))))
+    assert_agrees(case, outs)
+
+
+async def test_concurrent_checks_share_one_round_trip(target: StoreTarget) -> None:
+    async with open_store(target, client_clock=True) as store:
+        lim = Limit("token-bucket", "1/s", burst=10)
+        limiter = AsyncLimiter(lim, store, clock=ManualClock(0.0), failure="raise")
+        await limiter.hit("warm-up")  # load the script, open a connection per node
+        await asyncio.gather(*(limiter.hit(f"w{i}") for i in range(30)))
+        reads, pipelines = target.reads(), store.stats.pipelines
+        decisions = await asyncio.gather(*(limiter.hit("hot") for _ in range(64)))
+        # in submission order, exactly as sequential calls would decide
+        memory = MemoryStore()
+        assert decisions == [memory.decide_one(lim, "hot", 1, 0.0) for _ in range(64)]
+        assert sum(d.allowed for d in decisions) == 10
+        assert store.stats.pipelines == pipelines + 1
+        polled = 3 if target.is_cluster else 1  # the INFO that measured it, per primary
+        assert target.reads() - reads <= 2 + polled  # 64 decisions, one pipeline
+        # a lone check is one EVALSHA, not a pipeline
+        reads = target.reads()
+        await limiter.hit("alone")
+        assert target.reads() - reads == 1 + polled
+        assert store.stats.pipelines == pipelines + 1
+
+
+async def test_coalescing_can_be_turned_off(standalone: StoreTarget) -> None:
+    async with open_store(standalone, client_clock=True, coalesce=False) as store:
+        limiter = AsyncLimiter(Limit("gcra", "10/s", burst=10), store, clock=ManualClock(0.0))
+        # each concurrent call needs its own connection: open them first
+        await asyncio.gather(*(limiter.hit(f"w{i}") for i in range(20)))
+        reads = standalone.reads()
+        await asyncio.gather(*(limiter.hit(f"k{i}") for i in range(20)))
+        assert standalone.reads() - reads == 21  # 20 round trips (+ the INFO)
+        assert store.stats.pipelines == 0
+
+
+async def test_noscript_inside_a_pipeline(target: StoreTarget) -> None:
+    async with open_store(target, client_clock=True) as store:
+        lim = Limit("fixed-window", "5/h")
+        limiter = AsyncLimiter(lim, store, clock=ManualClock(1.0), failure="raise")
+        await asyncio.gather(*(limiter.hit(f"k{i}") for i in range(20)))
+        for server in target.servers:
+            with server.admin() as c:
+                c.script_flush()
+        decisions = await asyncio.gather(*(limiter.hit(f"k{i}") for i in range(20)))
+        assert all(d.allowed and d.remaining == 3 for d in decisions)
+        assert store.stats.noscript_reloads >= 20
+
+
+async def test_composites_refunds_resets_and_inspection(target: StoreTarget) -> None:
+    async with open_store(target, client_clock=True) as store:
+        per_key = Limit("fixed-window", "2/h")
+        glob = Limit("fixed-window", "3/h", scope="global", name="all")
+        limiter = AsyncLimiter([per_key, glob], store, clock=ManualClock(5.0), failure="raise")
+        assert (await limiter.hit("a")).allowed
+        r = await limiter.reserve("a")
+        assert r.ok
+        d = await limiter.hit("a")
+        assert not d.allowed and d.limit == per_key
+        assert await store.astate(glob, GLOBAL_KEY) == (0, 2.0)
+        assert await r.cancel()
+        assert await store.astate(per_key, "a") == (0, 1.0)
+        assert await store.astate(glob, GLOBAL_KEY) == (0, 1.0)
+        assert (await limiter.hit("b")).allowed and (await limiter.hit("c")).allowed
+        d = await limiter.hit("d")  # global full: the per-key reservation is rolled back
+        assert not d.allowed and d.limit == glob
+        assert await store.astate(per_key, "d") is None
+        await limiter.reset("a")
+        assert await store.astate(per_key, "a") is None
+        (ks,) = await store.ainspect([glob], GLOBAL_KEY, now=5.0)
+        assert ks.state == (0, 3.0) and not ks.decision.allowed
+        assert await store.aping()
+
+
+async def test_a_cancelled_caller_does_not_break_the_batch(standalone: StoreTarget) -> None:
+    async with open_store(standalone, client_clock=True) as store:
+        limiter = AsyncLimiter(Limit("gcra", "100/s", burst=100), store, clock=ManualClock(0.0))
+        tasks = [asyncio.ensure_future(limiter.hit(f"k{i}")) for i in range(10)]
+        await asyncio.sleep(0)
+        tasks[3].cancel()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(done[3], asyncio.CancelledError)
+        assert all(not d.degraded for i, d in enumerate(done) if i != 3)  # type: ignore[union-attr]
+        assert not (await limiter.hit("after")).degraded
+
+
+async def test_deny_cache_async(standalone: StoreTarget) -> None:
+    async with open_store(standalone, client_clock=True, deny_cache=True) as store:
+        limiter = AsyncLimiter(Limit("fixed-window", "1/m"), store, clock=ManualClock(0.0))
+        assert (await limiter.hit("k")).allowed
+        calls = store.stats.calls
+        for _ in range(10):
+            assert not (await limiter.hit("k")).allowed
+        assert store.stats.calls - calls == 1
+        assert store.stats.deny_cache_hits == 9

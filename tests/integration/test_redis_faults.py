@@ -1,0 +1,427 @@
+"""The store when the server fails: killed, restarted, SCRIPT FLUSHed, frozen (SIGSTOP), a
+cluster primary killed, a Sentinel failover. Real processes, real signals.
+
+For each failure policy of the limiter: no call blocks longer than the timeout plus a small
+margin, the policy decides as documented while the store is down (open: admit; closed:
+reject; local: a local share of the limit; raise: `StoreUnavailable`), the circuit breaker
+stops paying the timeout, and decisions resume after recovery without a restart.
+
+Waiting here is for servers (restart, failover), never for rate-limit time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ratekeeper import (
+    AsyncLimiter,
+    Decision,
+    Limit,
+    Limiter,
+    StoreError,
+    StoreUnavailable,
+)
+from ratekeeper.stores.redis import AsyncRedisStore, RedisStore
+from tests.integration.conftest import missing
+from tests.servers import (
+    RedisCluster,
+    RedisServer,
+    SentinelSetup,
+    assert_all_keys_have_ttl,
+    find_server_binary,
+    wait_until,
+)
+
+TIMEOUT = 0.25
+#: What a call may take beyond the timeout (scheduling on a loaded 2-core machine).
+MARGIN = 0.25
+COOLDOWN = 0.3
+LIMIT = Limit("gcra", "1000/s", burst=100)
+POLICIES = ["open", "closed", "local", "raise"]
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t = time.monotonic()
+    try:
+        out = fn()
+    except StoreError as e:
+        out = e
+    return out, time.monotonic() - t
+
+
+def check_degraded(policy: str, out: Any) -> None:
+    """What each failure policy answers while the store is down."""
+    if policy == "raise":
+        assert isinstance(out, StoreUnavailable), out
+        return
+    assert isinstance(out, Decision) and out.degraded, out
+    if policy == "open":
+        assert out.allowed and out.remaining == LIMIT.quota
+    elif policy == "closed":
+        assert not out.allowed and out.retry_after == 1.0
+    else:  # local: a MemoryStore with `fallback_share` of the limit (here half)
+        assert out.limit == LIMIT
+
+
+def recover(hit: Callable[[], Any], *, within: float = 5.0) -> Decision:
+    """Call until a decision comes from the store again (bounded)."""
+
+    def ok() -> Decision | None:
+        out, took = timed(hit)
+        assert took < TIMEOUT + MARGIN, took
+        return out if isinstance(out, Decision) and not out.degraded else None
+
+    return wait_until(ok, timeout=within, interval=0.02, what="decisions from the store")
+
+
+def make(server_url: str, policy: str, errors: list[BaseException]) -> tuple[RedisStore, Limiter]:
+    store = RedisStore.from_url(server_url, timeout=TIMEOUT, breaker_failures=3,
+                                breaker_cooldown=COOLDOWN, on_error=errors.append)
+    limiter = Limiter(LIMIT, store, failure=policy, fallback_share=0.5,  # type: ignore[arg-type]
+                      on_store_error=lambda e: None)
+    return store, limiter
+
+
+# -- killed, restarted ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("kind", ["redis", "valkey"])
+def test_killed_then_restarted(server_factory: Callable[..., RedisServer], kind: str,
+                               policy: str) -> None:
+    server = server_factory(kind)
+    errors: list[BaseException] = []
+    store, limiter = make(server.url, policy, errors)
+    for i in range(20):
+        assert limiter.hit(f"k{i % 4}").allowed
+    server.kill()
+    outs = []
+    for i in range(20):
+        out, took = timed(lambda i=i: limiter.hit(f"k{i % 4}"))
+        assert took < TIMEOUT + MARGIN, (i, took)
+        check_degraded(policy, out)
+        outs.append(out)
+    if policy == "local":  # 4 keys, each with half of burst 100: every one admitted
+        assert all(o.allowed for o in outs)
+    assert store.breaker.state == "open"
+    assert store.stats.short_circuited >= 10  # no I/O once open
+    assert limiter.store_errors == 20
+    assert all(isinstance(e, StoreUnavailable) for e in errors) and len(errors) == 20
+    server.restart()  # same port, empty: the script cache is gone too
+    reloads = store.stats.noscript_reloads
+    d = recover(lambda: limiter.hit("k0"))
+    assert d.allowed and not d.degraded
+    assert store.breaker.state == "closed"
+    assert store.stats.noscript_reloads == reloads + 1
+    with server.client() as c:
+        assert_all_keys_have_ttl(c)
+    store.close()
+
+
+def test_killed_mid_load(server_factory: Callable[..., RedisServer]) -> None:
+    """8 threads deciding while the server is killed and restarted: every call returns in
+    time, nothing raises through the limiter, and all threads get real decisions again."""
+    server = server_factory("redis")
+    errors: list[BaseException] = []
+    store, limiter = make(server.url, "open", errors)
+    stop = threading.Event()
+    worst = [0.0]
+    seen: list[tuple[float, bool]] = []
+    failures: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            while not stop.is_set():
+                t = time.monotonic()
+                d = limiter.hit(f"user{i}")
+                took = time.monotonic() - t
+                worst[0] = max(worst[0], took)
+                seen.append((time.monotonic(), d.degraded))
+                time.sleep(0.002)  # paced like requests, not a spin on the fail-fast path
+        except BaseException as e:
+            failures.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.3)
+        server.kill()
+        time.sleep(0.6)
+        server.restart()
+        restarted = time.monotonic()
+        wait_until(lambda: any(t > restarted and not deg for t, deg in seen[-50:]),
+                   timeout=5, what="real decisions after the restart")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not failures, failures
+    # 8 threads on a loaded 2-core machine: allow for scheduling, not for blocking
+    assert worst[0] < TIMEOUT + 2 * MARGIN, worst[0]
+    assert any(deg for _, deg in seen)  # the outage was noticed...
+    assert not seen[-1][1]  # ...and is over
+    store.close()
+
+
+# -- frozen: SIGSTOP --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_sigstop_is_bounded_by_the_timeout(server_factory: Callable[..., RedisServer],
+                                           policy: str) -> None:
+    server = server_factory("redis")
+    errors: list[BaseException] = []
+    store, limiter = make(server.url, policy, errors)
+    assert limiter.hit("k").allowed
+    server.pause()
+    try:
+        durations = []
+        for _ in range(12):
+            out, took = timed(lambda: limiter.hit("k"))
+            check_degraded(policy, out)
+            durations.append(took)
+        # the first calls pay the timeout (bounded); once the breaker opens, nothing
+        assert max(durations) < TIMEOUT + MARGIN, durations
+        assert all(d >= TIMEOUT * 0.8 for d in durations[:3]), durations
+        assert all(d < 0.05 for d in durations[3:]), durations
+        # half-open: one probe per cool-down pays the timeout again, the rest fail fast
+        time.sleep(COOLDOWN)
+        probe = [timed(lambda: limiter.hit("k"))[1] for _ in range(3)]
+        assert TIMEOUT * 0.8 <= probe[0] < TIMEOUT + MARGIN and max(probe[1:]) < 0.05, probe
+    finally:
+        server.resume()
+    d = recover(lambda: limiter.hit("k"))
+    assert not d.degraded
+    store.close()
+
+
+async def test_sigstop_async_is_bounded_and_coalesced_calls_fail_together(
+        server_factory: Callable[..., RedisServer]) -> None:
+    server = server_factory("valkey")
+    store = AsyncRedisStore.from_url(server.url, timeout=TIMEOUT, breaker_failures=100,
+                                     breaker_cooldown=COOLDOWN)
+    limiter = AsyncLimiter(LIMIT, store, failure="open")
+    assert (await limiter.hit("k")).allowed
+    server.pause()
+    try:
+        t = time.monotonic()
+        outs = await asyncio.gather(*(limiter.hit(f"k{i}") for i in range(64)))
+        took = time.monotonic() - t
+        assert took < TIMEOUT + MARGIN, took
+        assert all(o.degraded and o.allowed for o in outs)
+    finally:
+        server.resume()
+    t0 = time.monotonic()
+    while (await limiter.hit("k")).degraded:
+        assert time.monotonic() - t0 < 5
+        await asyncio.sleep(0.02)
+    await store.aclose()
+
+
+# -- SCRIPT FLUSH under load ----------------------------------------------------------------
+
+
+def test_script_flush_under_load(server_factory: Callable[..., RedisServer]) -> None:
+    server = server_factory("valkey")
+    errors: list[BaseException] = []
+    store, limiter = make(server.url, "raise", errors)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    count = [0]
+
+    def work(i: int) -> None:
+        while not stop.is_set():
+            try:
+                limiter.hit(f"u{i}")
+                count[0] += 1
+            except BaseException as e:
+                failures.append(e)
+                return
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        with server.admin() as c:
+            for _ in range(10):
+                time.sleep(0.03)
+                c.script_flush()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not failures and not errors, (failures, errors)
+    assert store.stats.noscript_reloads >= 5
+    assert count[0] > 50
+    store.close()
+
+
+# -- cluster: a primary killed ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_cluster_primary_killed(redis_cluster: RedisCluster, cluster_client: Any) -> None:
+    node = redis_cluster.primaries()[0]
+    store = RedisStore.from_url(f"redis+cluster://{node.host}:{node.port}", timeout=TIMEOUT,
+                                breaker_failures=3, breaker_cooldown=COOLDOWN)
+    limiter = Limiter(LIMIT, store, failure="open")
+    keys = [f"user{i}" for i in range(30)]
+    slots = {cluster_client.get_node_from_key(store.state_key(LIMIT, k)).name for k in keys}
+    assert len(slots) == 3  # the keys span every primary
+    for k in keys:
+        assert not limiter.hit(k).degraded
+    stop = threading.Event()
+    worst = [0.0]
+    outcomes: list[tuple[float, bool]] = []
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            while not stop.is_set():
+                for k in keys:
+                    t = time.monotonic()
+                    d = limiter.hit(k)
+                    worst[0] = max(worst[0], time.monotonic() - t)
+                    outcomes.append((time.monotonic(), d.degraded))
+                    time.sleep(0.001)
+        except BaseException as e:
+            failures.append(e)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    try:
+        time.sleep(0.2)
+        redis_cluster.kill_primary()  # returns once a replica is promoted, cluster ok
+        done = time.monotonic()
+
+        def settled() -> bool:
+            recent = [deg for t, deg in outcomes if t > done + 0.5]
+            return len(recent) > 60 and not any(recent[-60:])
+
+        wait_until(settled, timeout=10, what="all keys decided by the store again")
+    finally:
+        stop.set()
+        thread.join()
+        redis_cluster.restore()
+    assert not failures, failures
+    # A cluster call may refresh the topology and retry once: 2 timeouts + the refresh.
+    assert worst[0] < 2 * TIMEOUT + 2 * MARGIN, worst[0]
+    for k in keys:  # every slot answers, on the promoted replica too
+        assert not limiter.hit(k).degraded
+    assert_all_keys_have_ttl(cluster_client)
+    store.close()
+
+
+def _move_slot(cluster: RedisCluster, slot: int, source: RedisServer, target: RedisServer,
+               between: Callable[[], None] | None = None) -> None:
+    """Migrate `slot` from `source` to `target` the way redis-cli does, step by step."""
+    with source.admin() as src, target.admin() as dst:
+        src_id, dst_id = src.execute_command("CLUSTER", "MYID"), dst.execute_command(
+            "CLUSTER", "MYID")
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        if between is not None:
+            between()  # the slot is half-way: keys the source lacks are ASK-redirected
+        present = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+        if present:
+            src.execute_command("MIGRATE", target.host, target.port, "", 0, 5000,
+                                "KEYS", *present)
+        for node in cluster.primaries():
+            with node.admin() as c:
+                c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+
+
+def _slot_owner(cluster: RedisCluster, slot: int) -> RedisServer:
+    with cluster.primaries()[0].admin() as c:
+        for start, end, primary, *_ in c.execute_command("CLUSTER", "SLOTS"):
+            if int(start) <= slot <= int(end):
+                return cluster.node_by_port(int(primary[1]))
+    raise AssertionError(f"slot {slot} has no owner")
+
+
+@pytest.mark.cluster
+def test_cluster_slot_migration_ask_and_moved(redis_cluster: RedisCluster,
+                                              cluster_client: Any) -> None:
+    node = redis_cluster.primaries()[0]
+    store = RedisStore.from_url(f"redis+cluster://{node.host}:{node.port}", timeout=1.0,
+                                client_clock=True, prefix="rk-move:")
+    first = Limit("fixed-window", "100/h")
+    second = Limit("fixed-window", "100/h", name="second")  # same key, same slot
+    lim1 = Limiter(first, store, clock=lambda: 10.0, failure="raise")
+    lim2 = Limiter(second, store, clock=lambda: 10.0, failure="raise")
+    k1, k2 = store.state_key(first, "mover"), store.state_key(second, "mover")
+    slot = cluster_client.keyslot(k1)
+    assert cluster_client.keyslot(k2) == slot
+    assert lim1.hit("mover").remaining == 99
+    owner = cluster_client.get_node_from_key(k1)
+    source = redis_cluster.node_by_port(owner.port)
+    target = next(p for p in redis_cluster.primaries() if p is not source)
+
+    def during_migration() -> None:
+        assert lim1.hit("mover").remaining == 98  # still on the source
+        assert lim2.hit("mover").remaining == 99  # absent on the source: ASK -> target
+        with target.admin() as c:
+            pipe = c.pipeline(transaction=False)
+            pipe.execute_command("ASKING")
+            pipe.exists(k2)
+            assert pipe.execute()[1] == 1
+
+    try:
+        _move_slot(redis_cluster, slot, source, target, during_migration)
+        assert _slot_owner(redis_cluster, slot) is target
+        assert lim1.hit("mover").remaining == 97  # MOVED: the client follows, state kept
+        assert lim2.hit("mover").remaining == 98
+        with target.admin() as c:
+            assert c.exists(k1) == 1 and c.exists(k2) == 1
+    finally:
+        for n in (source, target):  # undo a half-done migration, then move the slot back
+            with n.admin() as c:
+                c.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+        owner = _slot_owner(redis_cluster, slot)
+        if owner is not source:
+            _move_slot(redis_cluster, slot, owner, source)
+        redis_cluster.wait_healthy()
+    assert lim1.hit("mover").remaining == 96  # and back again
+    assert_all_keys_have_ttl(cluster_client)
+    store.close()
+
+
+# -- Sentinel ------------------------------------------------------------------------------
+
+
+def test_sentinel_url(sentinel: SentinelSetup) -> None:
+    store = RedisStore.from_url(sentinel.sentinel_url, timeout=1.0, client_clock=True,
+                                prefix="rk-sentinel:")
+    limiter = Limiter(Limit("fixed-window", "2/h"), store, clock=lambda: 5.0, failure="raise")
+    assert [limiter.hit("k").allowed for _ in range(3)] == [True, True, False]
+    with sentinel.primary.client() as c:
+        assert c.exists("rk-sentinel:{k}:fixed-window-2/h") == 1
+        assert_all_keys_have_ttl(c)
+    store.close()
+
+
+@pytest.mark.slow
+def test_sentinel_failover() -> None:
+    if find_server_binary("redis") is None:
+        missing("redis-server not installed")
+    with SentinelSetup("redis") as setup:
+        store = RedisStore.from_url(setup.sentinel_url, timeout=TIMEOUT, breaker_failures=3,
+                                    breaker_cooldown=COOLDOWN)
+        hourly = Limit("fixed-window", "100/h")
+        limiter = Limiter(hourly, store, failure="closed")
+        assert not limiter.hit("k").degraded
+        new = setup.failover()
+        d = recover(lambda: limiter.hit("k"), within=10)
+        assert not d.degraded
+        with new.client() as c:  # written on the new primary
+            assert c.exists(store.state_key(hourly, "k")) == 1
+            assert_all_keys_have_ttl(c)
+        store.close()

@@ -1,0 +1,159 @@
+"""Python and Lua agree: decision by decision, state by state, on random traces.
+
+Each example draws one or two limits and a trace of operations (hits, composite hits, peeks,
+refunds of earlier admissions) at instants that mostly move forward, sometimes stand still
+and sometimes jump back, near 0 or at Unix-epoch scale. The same trace goes through a
+`MemoryStore` (the pure functions) and a client-clock `RedisStore`; every decision must be
+*equal* (same floats, not merely close), every state read back from Redis must equal the
+pure function's state, and every key written must expire when the algorithm's ttl says.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ratekeeper import Limit, MemoryStore
+from ratekeeper.algorithms import get
+from ratekeeper.stores.redis import RedisStore
+from tests.integration.conftest import StoreTarget
+
+ALGORITHMS = ["token-bucket", "gcra", "leaky-bucket", "fixed-window", "sliding-window-log",
+              "sliding-window-counter"]
+WHOLE = {"leaky-bucket", "sliding-window-log"}  # whole-number costs only
+
+
+@st.composite
+def limits(draw: st.DrawFn, name: str) -> Limit:
+    algorithm = draw(st.sampled_from(ALGORITHMS))
+    if algorithm == "leaky-bucket":
+        rate = draw(st.sampled_from(["1r/s", "2r/s", "3r/s", "10r/s", "30r/m", "7r/m", "100r/s"]))
+        nodelay = draw(st.booleans())
+        delay = 0 if nodelay else draw(st.sampled_from([0, 0, 1, 2]))
+        burst = draw(st.sampled_from([0, 1, 2, 5]))
+        return Limit(algorithm, rate, burst=burst, nodelay=nodelay, delay=delay, name=name)
+    rate = draw(st.sampled_from(["1/s", "2/s", "3/2s", "10/s", "5/m", "2.5/s", "7/100ms",
+                                 "100/h", "3/s"]))
+    if algorithm in ("token-bucket", "gcra"):
+        burst = draw(st.sampled_from([None, 1, 2.5, 3, 10]))
+        return Limit(algorithm, rate, burst=burst, name=name)
+    return Limit(algorithm, rate, name=name)
+
+
+STEPS = [0.0, 0.0, 0.001, 0.013, 0.1, 0.25, 0.5, 1.0, 1.7, 7.0, 61.0, 3600.0,
+         -0.004, -0.3, -2.0, -70.0]
+
+
+@st.composite
+def traces(draw: st.DrawFn) -> tuple[Limit, Limit, list[tuple[Any, ...]]]:
+    l1 = draw(limits("one"))
+    l2 = draw(limits("two"))
+    whole = l1.algorithm in WHOLE or l2.algorithm in WHOLE
+    costs = [1, 1, 1, 2, 3] if whole else [1, 1, 2, 0.5, 1.5, 3, 0.25]
+    t = draw(st.sampled_from([0.0, 12.345, 1_764_000_000.0, 1_764_000_000.123456]))
+    ops: list[tuple[Any, ...]] = []
+    for _ in range(draw(st.integers(1, 40))):
+        t += draw(st.sampled_from(STEPS))
+        t = max(t, 0.0)
+        kind = draw(st.sampled_from(["hit", "hit", "hit", "hit2", "peek", "refund"]))
+        ops.append((kind, draw(st.sampled_from(["a", "b"])), draw(st.sampled_from(costs)), t))
+    return l1, l2, ops
+
+
+def normal(state: Any, limit: Limit) -> Any:
+    """A pure-function state as RedisStore.state reports it: a sliding log's runs of one
+    instant merged (Redis keeps one element per unit of cost), costs as floats."""
+    if state is None or limit.algorithm != "sliding-window-log":
+        return state
+    out: list[tuple[float, float]] = []
+    for ts, c in state:
+        if out and out[-1][0] == ts:
+            out[-1] = (ts, out[-1][1] + c)
+        else:
+            out.append((ts, float(c)))
+    return tuple(out)
+
+
+def check_expiry(target: StoreTarget, store: RedisStore, limit: Limit, key: str,
+                 state: Any, now: float) -> None:
+    """The key just written expires ceil(ttl * 1000) ms + the clock grace from now (at
+    least min_ttl)."""
+    pttl = target.admin.pttl(store.state_key(limit, key))
+    if state is None:
+        assert pttl == -2, (limit, key, pttl)
+        return
+    want = max(math.ceil(get(limit.algorithm).ttl(state, now, limit) * 1000)
+               + math.ceil(store.clock_grace * 1000), math.ceil(store.min_ttl * 1000))
+    assert want - 2000 < pttl <= want, (limit, key, state, pttl, want)
+
+
+#: RATEKEEPER_PARITY_EXAMPLES=5000 for a long run (CI keeps the default short).
+EXAMPLES = int(os.environ.get("RATEKEEPER_PARITY_EXAMPLES", "120"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(trace=traces())
+def test_python_and_lua_agree(standalone: StoreTarget,
+                              trace: tuple[Limit, Limit, list[tuple[Any, ...]]]) -> None:
+    l1, l2, ops = trace
+    store = RedisStore(standalone.admin, client_clock=True, clock_grace=0.25,
+                       prefix=f"rk-parity-{uuid.uuid4().hex[:8]}:")
+    memory = MemoryStore()
+    admitted: list[tuple[list[tuple[Limit, str, float]], float]] = []
+    for kind, key, cost, t in ops:
+        if kind == "refund":
+            if not admitted:
+                continue
+            checks, at = admitted.pop(len(admitted) // 2)
+            store.refund(checks, t, at)
+            memory.refund(checks, t, at)
+            touched = checks
+        else:
+            checks = [(l1, key, float(cost))]
+            if kind == "hit2":
+                checks.append((l2, key, float(cost)))
+            if kind == "hit":
+                got = [store.decide_one(l1, key, cost, t)]
+                want = [memory.decide_one(l1, key, cost, t)]
+                at = t
+            else:
+                got, at = store.decide(checks, t, consume=kind != "peek")
+                want, _ = memory.decide(checks, t, consume=kind != "peek")
+            assert got == want, (kind, key, cost, t)
+            assert at == t
+            if kind != "peek" and all(d.allowed for d in got):
+                admitted.append((checks, t))
+                touched = checks
+            else:
+                touched = []
+        for lim in (l1, l2):
+            for k in ("a", "b"):
+                assert store.state(lim, k) == normal(memory.state(lim, k), lim), (kind, t, lim, k)
+        for lim, k, _ in touched:
+            check_expiry(standalone, store, lim, k, memory.state(lim, k), t)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_server_clock_agrees_with_python_at_the_servers_time(standalone: StoreTarget,
+                                                           algorithm: str) -> None:
+    """On the server clock (TIME, microseconds at Unix-epoch scale) the decisions are the
+    pure function's at the `now` the script reports."""
+    lim = (Limit(algorithm, "50r/s", burst=5) if algorithm == "leaky-bucket"
+           else Limit(algorithm, "50/s") if "window" in algorithm
+           else Limit(algorithm, "50/s", burst=5))
+    store = standalone.store(prefix=f"rk-parity-{uuid.uuid4().hex[:8]}:")
+    memory = MemoryStore()
+    for i in range(120):
+        key = "ab"[i % 2]
+        (got,), at = store.decide([(lim, key, 1.0)], 0.0)
+        assert at > 1e9  # the server's Unix time, not our 0.0
+        (want,), _ = memory.decide([(lim, key, 1.0)], at)
+        assert got == want, (i, at)
+        assert store.state(lim, key) == normal(memory.state(lim, key), lim)
