@@ -7,8 +7,6 @@ ones are admitted with a `delay`; ``delay=D`` serves the first D excess requests
 
 from __future__ import annotations
 
-import pytest
-
 from ratekeeper import Limit
 from ratekeeper.algorithms import leaky_bucket as lb
 
@@ -167,12 +165,6 @@ def test_ttl_and_recovered_state() -> None:
     assert lb.decide(s, 1.999, 3, lim)[1] != lb.decide(None, 1.999, 3, lim)[1]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: leaky-bucket ttl() is computed in exact seconds "
-                   "(last + (excess+1000)/rate) but decide() leaks in whole milliseconds "
-                   "(rate*ms//1000): for rates whose drain time is not a whole number of ms "
-                   "(3r/s: 333.33 ms) ttl <= 0 while the state still differs from a fresh key, so "
-                   "sweep()/eviction forgets quota and the next request is admitted instead of "
-                   "rejected")
 def test_ttl_is_conservative_for_rates_that_do_not_divide_a_second() -> None:
     lim = Limit("leaky-bucket", "3r/s")
     s, _ = lb.decide(None, t0, 1, lim)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from ratekeeper import Limit
 from ratekeeper.algorithms import sliding_window_counter as swc
 
@@ -104,9 +102,6 @@ def test_refund() -> None:
     assert swc.refund(s2, t66, 2, t66, L) == s1
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: sliding-window-counter refund() picks the bucket "
-                   "from `at`; when the clock was behind the stored window the cost was charged to "
-                   "`curr`, but the refund is taken from `prev` (wrong bucket) or lost")
 def test_refund_after_a_reservation_made_while_the_clock_was_behind() -> None:
     s1, _ = swc.decide(None, t0, 4, L)
     s1, _ = swc.decide(s1, t61, 1, L)  # (1, 4, 1)

@@ -135,16 +135,12 @@ def test_clock_going_backwards_refills_nothing_and_unrefills_nothing(backend: st
         Step(t2, 1, True, 1),  # two tokens refilled at t2, one taken
         Step(t1, 1, True, 0),  # back to t1: the token is still there
         Step(t1, 1, False, 0),
-        Step(t0, 1, False, 0),
-        Step(t2_5, 1, False, 0, 0.5),  # refill resumes from t2, not from t1
-        Step(t3, 1, True, 0),
+        Step(t0, 1, False, 0),  # a rejection writes nothing: `last` stays at t1
+        Step(t2_5, 1, True, 0),  # as in Go, refill resumed from the admission at t1: 1.5
+        Step(t3, 1, True, 0),  # 0.5 + 0.5
     ], backend)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: on a clock going backwards the token bucket keeps "
-                   "`last` at the later time on an admission, where Go's advance()/reserveN move "
-                   "it back to t; Go's own TestLimiterJumpBackwards fails at step 5 "
-                   "({t1, 1, true})")
 @backends
 def test_go_limiter_jump_backwards(backend: str) -> None:
     run(Limit("token-bucket", "10/s", burst=3), [
@@ -162,9 +158,6 @@ def test_go_limiter_jump_backwards(backend: str) -> None:
     ], backend)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: when now < last (clock behind the state) retry_after "
-                   "is deficit/r measured from now, but refill only resumes at `last`: a retry at "
-                   "now + retry_after is rejected again (retry_after understates by last - now)")
 @backends
 def test_retry_after_is_honest_when_the_clock_is_behind(backend: str) -> None:
     r = Runner(L, backend)

@@ -55,7 +55,10 @@ def refund(state: State | None, now: float, cost: float, at: float, limit: Limit
     if state is None:
         return None
     k, used = state
-    if _window(at, limit.period) != k:
+    ak = _window(at, limit.period)
+    if ak < k and _window(now, limit.period) < k:
+        ak = k  # the clock was (and is) behind the stored window: the cost went there
+    if ak != k:
         return state  # admitted in an earlier window: that quota has already reset
     used -= cost
     return (k, used) if used > EPS else None

@@ -75,7 +75,7 @@ def decide(
     if excess <= burst:
         delay = 0.0 if excess <= threshold else ((excess - threshold) * 1000 // rate) / 1000
         remaining = (burst - excess) // 1000
-        reset = (excess + 1000) / rate  # seconds until drained to rest (level -1000)
+        reset = (stamp + _drain_ms(excess, rate)) / 1000 - now  # until drained to rest
         return (excess, stamp), new_decision(
             Decision, (True, remaining, 0.0, reset, delay, limit, False)
         )
@@ -88,6 +88,7 @@ def decide(
         wait_ms = -(-need * 1000 // rate)
         retry = max(0.0, (last + wait_ms - now_ms) / 1000)
     remaining = max(0, (burst - level) // 1000)
+    reset = 0.0 if state is None else ttl(state, now, limit)
     return None, new_decision(
         Decision, (False, remaining, retry, (level + 1000) / rate, 0.0, limit, False)
     )
@@ -101,10 +102,16 @@ def refund(state: State | None, now: float, cost: float, at: float, limit: Limit
     return (excess if excess > -1000 else -1000), last
 
 
+def _drain_ms(excess: int, rate: int) -> int:
+    """Whole ms after which ``excess - rate * ms // 1000 <= -1000`` (drained to rest)."""
+    return -(-(excess + 1000) * 1000 // rate)
+
+
 def ttl(state: State, now: float, limit: Limit) -> float:
+    """Seconds until the level has leaked to rest, counted in whole ms as `decide` leaks."""
     rate = params(limit)[0]
     excess, last = state
-    return last / 1000 + (excess + 1000) / rate - now
+    return (last + _drain_ms(excess, rate)) / 1000 - now
 
 
 ALGORITHM = Algorithm("leaky-bucket", decide, refund, ttl)

@@ -83,6 +83,8 @@ def refund(state: State | None, now: float, cost: float, at: float, limit: Limit
         return None
     k, prev, curr = state
     ak = math.floor(at / limit.period + EPS)
+    if ak < k and math.floor(now / limit.period + EPS) < k:
+        ak = k  # the clock was (and is) behind the stored window: the cost went to `curr`
     if ak == k:
         curr = max(0.0, curr - cost)
     elif ak == k - 1:

@@ -40,8 +40,10 @@ def decide(
     log = _live(state, now, p)
     used = sum(c for _, c in log)
     if used + cost <= n + EPS:
-        if log and log[-1][0] == now:
-            new = (*log[:-1], (now, log[-1][1] + cost))
+        if log and log[-1][0] >= now:
+            # Same instant, or a clock behind the newest entry: log it with that entry, so the
+            # log stays in time order (and the cost stays logged at least as long).
+            new = (*log[:-1], (log[-1][0], log[-1][1] + cost))
         else:
             new = (*log, (now, cost))
         return new, new_decision(

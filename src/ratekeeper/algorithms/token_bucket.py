@@ -9,9 +9,12 @@ State: ``(tokens, last)``: the token count at time ``last`` (seconds).
 Edge values, as in rate.go:
 
 * ``c > b`` is never admitted (``retry_after`` is ``None``), whatever the state.
-* Time going backwards (``now < last``) refills nothing; it does not un-refill either.
-  (Go additionally moves ``last`` back on a rejection; we never write state on a rejection, so
-  that rejected requests provably change nothing. The two agree whenever time is monotonic.)
+* Time going backwards (``now < last``) refills nothing and takes nothing back; an admission
+  then stamps the state with the earlier ``now``, as Go does (its ``TestLimiterJumpBackwards``
+  passes unchanged). A rejection never writes state, so rejected requests provably change
+  nothing (Go 0.3.0 also moved ``last`` back on a rejection; the two agree whenever time is
+  monotonic). While the clock is behind, ``retry_after`` counts from ``last``, where refill
+  resumes.
 * A deficit worth less than one nanosecond of refill is admitted (Go's ``Duration``
   truncation); see `NS_TOLERANCE`.
 
@@ -47,26 +50,31 @@ def decide(
 ) -> tuple[State | None, Decision]:
     r = limit.per_second
     b = limit.capacity
+    behind = 0.0  # how far the clock is behind the state's `last` (refill resumes there)
     if state is None:
-        tokens, at = b, now
+        tokens = b
     else:
-        tokens, at = state
-        if now >= at:  # a clock going backwards refills nothing (and keeps `last`)
-            tokens += (now - at) * r
+        tokens, last = state
+        if now >= last:
+            tokens += (now - last) * r
             if tokens > b:
                 tokens = b
-            at = now
+        else:  # a clock going backwards refills nothing
+            behind = last - now
     left = tokens - cost
     if left >= 0.0 or (-left / r < NS_TOLERANCE and cost <= b):
-        # reset_after: time for the deficit (b - left) to refill.
+        # reset_after: time for the deficit (b - left) to refill. Like Go, the state is
+        # stamped `now` even when the clock went backwards.
         rem = (left + EPS).__trunc__() if left > 0.0 else 0
-        return (left, at), new_decision(
+        return (left, now), new_decision(
             Decision, (True, rem, 0.0, (b - left) / r, 0.0, limit, False)
         )
-    # retry_after: the deficit (c - tokens) refills at r per second; never if c exceeds b.
-    retry = None if cost > b else -left / r
+    # retry_after: the deficit (c - tokens) refills at r per second from `last`; never if c
+    # exceeds b.
+    retry = None if cost > b else behind - left / r
     rem = (tokens + EPS).__trunc__() if tokens > 0.0 else 0
-    return None, new_decision(Decision, (False, rem, retry, (b - tokens) / r, 0.0, limit, False))
+    reset = behind + (b - tokens) / r
+    return None, new_decision(Decision, (False, rem, retry, reset, 0.0, limit, False))
 
 
 def refund(state: State | None, now: float, cost: float, at: float, limit: Limit) -> State | None:
