@@ -25,6 +25,7 @@ awaiting anything, so they never block the event loop for longer than that.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 import threading
@@ -164,41 +165,15 @@ class MemoryStore:
     # -- the Store protocol ----------------------------------------------------------
 
     def bind(self, limit: Limit) -> Callable[[str, float, float], Decision]:
-        """A function ``(key, cost, now) -> Decision`` charging `limit`: the hot path.
+        """``(key, cost, now) -> Decision`` charging `limit` (the `Store` protocol's fast path).
 
-        Everything that does not change between calls (the table, the algorithm, the lock)
-        is looked up once here instead of on every decision.
+        A `Limiter` on this store uses `bind_hit` instead, which also reads the clock and
+        validates new keys under the same lock; this form serves callers with their own `now`.
         """
-        t = self._table(limit)
-        data, decide, lock = t.data, t.decide, self._lock
-        pop, acquire, release = data.pop, lock.acquire, lock.release
-        after_insert = self._after_insert
-
-        def decide_bound(key: str, cost: float, now: float) -> Decision:
-            acquire()
-            try:
-                # pop + re-insert moves the key to the most-recently-used end.
-                state = pop(key, None)
-                try:
-                    new, decision = decide(state, now, cost, limit)
-                except BaseException:
-                    if state is not None:
-                        data[key] = state  # lose nothing, whatever went wrong
-                    raise
-                if new is not None:
-                    data[key] = new
-                    if state is None:
-                        after_insert(t, now)
-                elif state is not None:
-                    data[key] = state
-            finally:
-                release()
-            return decision
-
-        return decide_bound
+        return functools.partial(self.decide_one, limit)
 
     def decide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision:
-        return self.bind(limit)(key, cost, now)
+        return self.decide(((limit, key, cost),), now)[0][0]
 
     def bind_hit(
         self,
@@ -263,13 +238,17 @@ class MemoryStore:
                 new, decision = t.decide(t.data.get(key), now, cost, limit)
                 results.append((new, decision))
                 allowed = allowed and decision.allowed
-            if consume and allowed:
+            if consume:
                 for t, (_, key, _), (new, _) in zip(tables, checks, results, strict=True):
-                    fresh = key not in t.data
-                    t.data.pop(key, None)
-                    t.data[key] = new
-                    if fresh:
-                        self._after_insert(t, now)
+                    # pop + re-insert moves the key to the most-recently-used end, for a
+                    # rejected attempt too: a client still knocking is not idle.
+                    old = t.data.pop(key, None)
+                    if allowed:
+                        t.data[key] = new
+                        if old is None:
+                            self._after_insert(t, now)
+                    elif old is not None:
+                        t.data[key] = old
         return [d for _, d in results], now
 
     def refund(self, checks: Sequence[Check], now: float, at: float) -> None:
