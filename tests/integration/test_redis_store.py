@@ -494,7 +494,11 @@ def test_a_garbage_reply_is_a_store_error(standalone: StoreTarget) -> None:
                  "return {'1', 1, 7, 0, false, '0', '0'}",
                  "return {'1', 1, 1, -1, false, '0', '0'}",
                  "return {'1', 1, 1, 0, false, 'inf', '0'}",
-                 "return {'1', 1, 1, 0, 'x', '0', '0'}"):
+                 "return {'1', 1, 1, 0, 'x', '0', '0'}",
+                 # one.lua's shape: {allowed, remaining, retry_after, reset_after, delay}
+                 "return {2, 0, false, '0', '0'}", "return {1, -1, false, '0', '0'}",
+                 "return {1, 0, false, 'nan', '0'}", "return {1, 0, 'x', '0', '0'}",
+                 "return {1, '0', false, '0', '0'}", "return {1, 0, false, '0'}"):
         # What a real server sends back for such a script, through the store's parsers.
         reply = client.eval(junk, 0)
         with pytest.raises(StoreError, match="unexpected reply"):

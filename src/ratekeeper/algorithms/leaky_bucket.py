@@ -88,10 +88,8 @@ def decide(
         wait_ms = -(-need * 1000 // rate)
         retry = max(0.0, (last + wait_ms - now_ms) / 1000)
     remaining = max(0, (burst - level) // 1000)
-    reset = 0.0 if state is None else ttl(state, now, limit)
-    return None, new_decision(
-        Decision, (False, remaining, retry, (level + 1000) / rate, 0.0, limit, False)
-    )
+    reset = 0.0 if state is None else max(0.0, ttl(state, now, limit))
+    return None, new_decision(Decision, (False, remaining, retry, reset, 0.0, limit, False))
 
 
 def refund(state: State | None, now: float, cost: float, at: float, limit: Limit) -> State | None:

@@ -63,9 +63,14 @@ def _script(name: str, *files: str) -> Script:
 
 #: Any number of limits of any algorithms, all-or-nothing (composite checks).
 CHECK = _script("check", "_common.lua", *_ALGORITHM_FILES, "check.lua")
+#: Straight-line single-limit scripts (``one_<algorithm>.lua``): the same ARGV, reply and
+#: arithmetic as ``one.lua`` with that algorithm, with no function definitions, because Redis
+#: runs a script's whole body (defining every helper again) on each EVALSHA.
+_ONE_FAST = {"gcra": "one_gcra.lua", "token-bucket": "one_token_bucket.lua"}
 #: One limit: one script per algorithm, the single-limit hot path (same ARGV and reply).
 ONE: dict[str, Script] = {
-    name: _script(f"one-{name}", "_common.lua", file, "one.lua")
+    name: _script(f"one-{name}", _ONE_FAST[name]) if name in _ONE_FAST
+    else _script(f"one-{name}", "_common.lua", file, "one.lua")
     for name, file in ALGORITHM_FILES.items()
 }
 REFUND = _script("refund", "_common.lua", *_ALGORITHM_FILES, "refund.lua")

@@ -163,7 +163,7 @@ class CircuitBreaker:
     def __init__(
         self,
         failures: int = 5,
-        cooldown: float = 1.0,
+        cooldown: float = 0.25,
         *,
         name: str = "redis",
         clock: Callable[[], float] = time.monotonic,
@@ -528,11 +528,16 @@ class _RedisCore:
         n, m, g = self._time_args(now_arg)
         return _Call(REFUND, keys, [n, _fmt(at), m, g, *self._limits_args(checks)])
 
+    def _one_params(self, limit: Limit) -> list[str]:
+        """`limit`'s parameters as one.lua takes them: p1, p2, and p3 for a leaky bucket
+        (the only algorithm that uses it)."""
+        _, p1, p2, p3 = self._limit_args(limit)
+        return [p1, p2, p3] if limit.algorithm == "leaky-bucket" else [p1, p2]
+
     def _one_call(self, limit: Limit, key: str, cost: float, now: float) -> _Call:
-        algo_id, p1, p2, p3 = self._limit_args(limit)
         n, m, g = self._time_args(self._now_arg(now))
         return _Call(ONE[limit.algorithm], [self.state_key(limit, key)],
-                     [n, "1", m, g, algo_id, repr(cost), p1, p2, p3])
+                     [n, repr(cost), m, g, *self._one_params(limit)])
 
     def _keys(self, checks: Sequence[Check]) -> list[str]:
         return [self.state_key(limit, key) for limit, key, _ in checks]
@@ -581,8 +586,9 @@ class _RedisCore:
     @staticmethod
     def _parse_one(reply: Any, limit: Limit) -> Decision:
         # The hot path: a one-limit reply, validated field by field like _parse_check.
-        if reply.__class__ is list and len(reply) == 7:
-            _, _, allowed, remaining, retry, reset, delay = reply
+        # one.lua's reply: {allowed, remaining, retry_after, reset_after, delay}.
+        if reply.__class__ is list and len(reply) == 5:
+            allowed, remaining, retry, reset, delay = reply
             if allowed in (0, 1) and remaining.__class__ is int and remaining >= 0:
                 try:
                     retry_after = None if retry is None else float(retry)
@@ -969,7 +975,7 @@ class RedisStore(_RedisCore):
       caller: one whose clock runs up to this much behind still finds it, instead of a
       missing key (a full bucket) it would over-admit on.
     - `breaker_failures`, `breaker_cooldown`: the `CircuitBreaker` (5 consecutive
-      unavailable calls open it for 1 s; 0 disables it).
+      unavailable calls open it for 0.25 s, then one call probes; 0 disables it).
     - `deny_cache`: answer checks that cannot pass yet locally (off by default). After a
       rejection, the same check with costs at least as large is rejected without a round
       trip until the earliest time it could pass. The trade: its `remaining` is the one of
@@ -990,7 +996,7 @@ class RedisStore(_RedisCore):
         min_ttl: float | None = None,
         clock_grace: float = 1.0,
         breaker_failures: int = 5,
-        breaker_cooldown: float = 1.0,
+        breaker_cooldown: float = 0.25,
         deny_cache: bool = False,
         deny_cache_size: int = 100_000,
         on_error: Callable[[StoreError], None] | None = None,
@@ -1135,25 +1141,49 @@ class RedisStore(_RedisCore):
     def bind(self, limit: Limit) -> Callable[[str, float, float], Decision]:
         """``decide_one`` for one fixed limit, ``(key, cost, now) -> Decision``: the hot path.
 
-        The limit's script arguments and key suffix are computed once here.
+        Everything that does not depend on the call is computed once here: the script, the
+        key's prefix and suffix, and the limit's arguments, already encoded (redis-py sends
+        bytes as they are). On a single server the call goes straight to the client's
+        EVALSHA (NOSCRIPT: EVAL, once), with the breaker consulted only through one
+        attribute read while it is closed; a cluster, or the deny cache, takes the general
+        path (`decide_one`).
         """
-        algo_id, p1, p2, p3 = self._limit_args(limit)
+        params = tuple(a.encode() for a in self._one_params(limit))
         script = ONE[limit.algorithm]
+        sha, text = script.sha, script.text
         head, tail = self.prefix + "{", "}:" + limit.name
-        client_clock, min_ms = self.uses_client_clock, self._min_ms
-        grace_ms = self._grace_ms if client_clock else "0"
-        execute, parse = self._execute, self._parse_one
+        client_clock = self.uses_client_clock
+        min_ms = self._min_ms.encode()
+        grace_ms = (self._grace_ms if client_clock else "0").encode()
+        server_now, one = b"", b"1"
+        parse, stats, breaker = self._parse_one, self.stats, self._breaker
+        decide_one, failed, short_circuit = self.decide_one, self._failed, self._short_circuit
+        noscript = rex.NoScriptError
 
         def decide_bound(key: str, cost: float, now: float) -> Decision:
-            if self._deny is not None:
-                return self.decide_one(limit, key, cost, now)
+            client = self._client
+            if self._deny is not None or self.cluster or client is None:
+                return decide_one(limit, key, cost, now)
             if "%" in key or "}" in key:
                 key = _encode_key(key)
-            return parse(execute(_Call(
-                script, [head + key + tail],
-                [repr(float(now)) if client_clock else "", "1", min_ms, grace_ms, algo_id,
-                 repr(cost), p1, p2, p3],
-            )), limit)
+            args = (head + key + tail, repr(float(now)) if client_clock else server_now,
+                    one if cost == 1 else repr(cost), min_ms, grace_ms, *params)
+            if breaker._open_until is not None:
+                short_circuit(breaker)  # raises while open, or lets this call probe
+            try:
+                stats.calls += 1
+                try:
+                    # what client.evalsha() does, less two Python frames
+                    reply = client.execute_command("EVALSHA", sha, 1, *args)
+                except noscript:
+                    stats.noscript_reloads += 1
+                    stats.calls += 1
+                    reply = client.eval(text, 1, *args)
+            except Exception as e:
+                raise failed(breaker, e) from e
+            if breaker._consecutive or breaker._open_until is not None:
+                breaker.success()
+            return parse(reply, limit)
 
         return decide_bound
 
@@ -1296,7 +1326,7 @@ class AsyncRedisStore(_RedisCore):
         min_ttl: float | None = None,
         clock_grace: float = 1.0,
         breaker_failures: int = 5,
-        breaker_cooldown: float = 1.0,
+        breaker_cooldown: float = 0.25,
         deny_cache: bool = False,
         deny_cache_size: int = 100_000,
         on_error: Callable[[StoreError], None] | None = None,

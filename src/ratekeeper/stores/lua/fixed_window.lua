@@ -47,7 +47,11 @@ ALGOS[4] = function()  -- built on first use (see _common.lua)
       return
     end
     local k, used = state[1], state[2]
-    if floor(at / p + EPS) ~= k then
+    local ak = floor(at / p + EPS)
+    if ak < k and floor(now / p + EPS) < k then
+      ak = k  -- the clock was (and is) behind the stored window: the cost went there
+    end
+    if ak ~= k then
       -- admitted in an earlier window: that quota has already reset. The state is kept as
       -- it is, with a fresh expiry like every refund (`now` may be behind the last write).
       redis.call('PEXPIRE', key, expiry_ms((k + 1) * p - now))

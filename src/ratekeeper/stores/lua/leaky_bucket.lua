@@ -11,7 +11,8 @@
 --       clamped at 0; allowed iff excess <= burst, with delay (excess - threshold) / rate
 --       when excess > threshold. retry_after: when enough has leaked (false when
 --       cost - 1 > burst requests: never).
--- ttl:  last / 1000 + (excess + 1000) / rate - now, the time to drain to rest.
+-- ttl:  (last + ceil((excess + 1000) * 1000 / rate)) / 1000 - now: the time to drain to
+--       rest, counted in whole ms as decide leaks.
 
 ALGOS[3] = function()  -- built on first use (see _common.lua)
   local function load(key)
@@ -40,6 +41,11 @@ ALGOS[3] = function()  -- built on first use (see _common.lua)
     return level, last
   end
 
+  -- _drain_ms(): whole ms after which excess - rate * ms // 1000 <= -1000 (drained to rest).
+  local function drain_ms(excess, rate)
+    return -idiv(-(excess + 1000) * 1000, rate)
+  end
+
   local function decide(key, now, cost, rate, burst, threshold)
     local state = load(key)
     local now_ms = round(now * 1000)
@@ -55,7 +61,7 @@ ALGOS[3] = function()  -- built on first use (see _common.lua)
         delay = idiv((excess - threshold) * 1000, rate) / 1000
       end
       local remaining = idiv(burst - excess, 1000)
-      local reset = (excess + 1000) / rate  -- seconds until drained to rest (level -1000)
+      local reset = (stamp + drain_ms(excess, rate)) / 1000 - now  -- until drained to rest
       return {excess, stamp}, 1, remaining, 0, reset, delay
     end
     local retry = false
@@ -76,12 +82,20 @@ ALGOS[3] = function()  -- built on first use (see _common.lua)
     if not (remaining > 0) then
       remaining = 0
     end
-    return nil, 0, remaining, retry, (level + 1000) / rate, 0
+    -- reset = 0.0 if state is None else max(0.0, ttl(state, now, limit))
+    local reset = 0
+    if state ~= nil then
+      reset = (state[2] + drain_ms(state[1], rate)) / 1000 - now
+      if not (reset > 0) then
+        reset = 0
+      end
+    end
+    return nil, 0, remaining, retry, reset, 0
   end
 
   local function write(key, s, now, rate)
     redis.call('HSET', key, 'excess', fmt(s[1]), 'last', fmt(s[2]))
-    redis.call('PEXPIRE', key, expiry_ms(s[2] / 1000 + (s[1] + 1000) / rate - now))
+    redis.call('PEXPIRE', key, expiry_ms((s[2] + drain_ms(s[1], rate)) / 1000 - now))
   end
 
   local function refund(key, now, cost, at, rate)

@@ -97,6 +97,9 @@ ALGOS[6] = function()  -- built on first use (see _common.lua)
     end
     local k, prev, curr = state[1], state[2], state[3]
     local ak = floor(at / p + EPS)
+    if ak < k and floor(now / p + EPS) < k then
+      ak = k  -- the clock was (and is) behind the stored window: the cost went to `curr`
+    end
     if ak == k then
       curr = curr - cost
       if not (curr > 0) then

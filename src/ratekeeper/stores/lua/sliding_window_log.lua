@@ -8,21 +8,24 @@
 -- ARGV: p1 = N, cost per window (Limit.capacity, float; costs are whole numbers)
 --       p2 = P, the window length in seconds (Limit.period, float); p3 unused.
 -- decide: entries at or before now - P are expired (dropped when the request is charged; a
---       rejection writes nothing); allowed iff live + cost <= N. retry_after = when enough
---       live cost has slid out: ts + P - now of the entry that frees it (false when cost > N).
+--       rejection writes nothing); allowed iff live + cost <= N, logged at `now`, or at the
+--       newest entry's timestamp when that is >= now (same instant, or a clock behind it: the
+--       list stays in time order). retry_after = when enough live cost has slid out:
+--       ts + P - now of the entry that frees it (false when cost > N).
 -- ttl:  the newest entry + P - now.
 
 ALGOS[5] = function()  -- built on first use (see _common.lua)
-  local CHUNK = 128
-
   -- _live(): index (0-based) of the first entry with ts > now - P, and the list length.
-  -- Scans from the head like the Python loop, stopping at the first live entry.
+  -- Scans from the head like the Python loop, stopping at the first live entry. The chunks
+  -- read grow 8, 32, 128, 512, 1024...: in steady state only an entry or two at the head
+  -- has expired since the last admission (which trimmed the rest), so 8 usually suffice.
   local function live_start(key, now, p)
     local cutoff = now - p
     local len = redis.call('LLEN', key)
     local i = 0
+    local chunk_size = 8
     while i < len do
-      local chunk = redis.call('LRANGE', key, i, i + CHUNK - 1)
+      local chunk = redis.call('LRANGE', key, i, i + chunk_size - 1)
       if #chunk == 0 then
         break
       end
@@ -32,6 +35,9 @@ ALGOS[5] = function()  -- built on first use (see _common.lua)
         end
       end
       i = i + #chunk
+      if chunk_size < 1024 then
+        chunk_size = chunk_size * 4
+      end
     end
     return len, len
   end
@@ -44,7 +50,16 @@ ALGOS[5] = function()  -- built on first use (see _common.lua)
     local i0, len = live_start(key, now, p)
     local used = len - i0
     if used + cost <= n + EPS then
-      return {i0, now, cost}, 1, floor_remaining(n - used - cost), 0, now + p - now, 0
+      local ts = now
+      if used > 0 then
+        local newest = at_index(key, -1)
+        if newest >= now then
+          -- Same instant, or a clock behind the newest entry: log it with that entry, so
+          -- the log stays in time order (and the cost stays logged at least as long).
+          ts = newest
+        end
+      end
+      return {i0, ts, cost}, 1, floor_remaining(n - used - cost), 0, ts + p - now, 0
     end
     local retry = false
     if cost <= n then

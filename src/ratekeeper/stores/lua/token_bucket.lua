@@ -6,7 +6,10 @@
 -- ARGV: p1 = r, refill rate in tokens per second (Limit.per_second, float)
 --       p2 = b, capacity in tokens (Limit.capacity, float); p3 unused.
 -- decide: allowed iff the tokens at `now` are >= cost (less than 1 ns of refill short counts);
---       retry_after = (cost - tokens) / r, false when cost > b; reset_after = (b - left) / r.
+--       an admission stamps the state with `now`, even when the clock is behind `last` (Go).
+--       retry_after = behind + (cost - tokens) / r, false when cost > b; reset_after =
+--       (b - left) / r when admitted, behind + (b - tokens) / r when rejected, where
+--       behind = last - now when the clock is behind (no refill then), else 0.
 -- ttl:  last + (b - tokens) / r - now, the time until the bucket is full again.
 
 ALGOS[1] = function()  -- built on first use (see _common.lua)
@@ -33,28 +36,32 @@ ALGOS[1] = function()  -- built on first use (see _common.lua)
 
   local function decide(key, now, cost, r, b)
     local state = load(key)
-    local tokens, at
+    local tokens
+    local behind = 0  -- how far the clock is behind the state's `last` (refill resumes there)
     if state == nil then
-      tokens, at = b, now
+      tokens = b
     else
-      tokens, at = state[1], state[2]
-      if now >= at then  -- a clock going backwards refills nothing (and keeps `last`)
-        tokens = tokens + (now - at) * r
+      local last
+      tokens, last = state[1], state[2]
+      if now >= last then
+        tokens = tokens + (now - last) * r
         if tokens > b then
           tokens = b
         end
-        at = now
+      else  -- a clock going backwards refills nothing
+        behind = last - now
       end
     end
     local left = tokens - cost
     if left >= 0 or (-left / r < NS_TOLERANCE and cost <= b) then
-      return {left, at}, 1, floor_remaining(left), 0, (b - left) / r, 0
+      -- Like Go, the state is stamped `now` even when the clock went backwards.
+      return {left, now}, 1, floor_remaining(left), 0, (b - left) / r, 0
     end
     local retry = false
     if not (cost > b) then
-      retry = -left / r
+      retry = behind - left / r  -- the deficit refills at r per second from `last`
     end
-    return nil, 0, floor_remaining(tokens), retry, (b - tokens) / r, 0
+    return nil, 0, floor_remaining(tokens), retry, behind + (b - tokens) / r, 0
   end
 
   local function write(key, s, now, r, b)

@@ -1,0 +1,77 @@
+-- ratekeeper one-gcra: the single-limit hot path for gcra, as one straight-line script.
+-- Same KEYS, ARGV and reply as one.lua (see there), and the same arithmetic as gcra.lua,
+-- which both mirror ratekeeper/algorithms/gcra.py line by line. It exists for speed: Redis
+-- runs a script's whole body on every EVALSHA, so this one defines no functions and builds
+-- no tables but its reply (one.lua + _common.lua + gcra.lua create about 15 closures per
+-- call). tests/integration/test_redis_parity.py checks it against the Python, decision by
+-- decision and state by state, like every other script.
+--
+-- KEYS[1]   the state key, a string: tat (seconds, '%.17g'); absent = a full bucket.
+-- ARGV[1]   now: seconds as a decimal string (client clock), or "" for the server clock.
+-- ARGV[2]   cost. The request is charged if admitted.
+-- ARGV[3]   minimum key expiry, whole ms >= 1.   ARGV[4]  grace, whole ms >= 0.
+-- ARGV[5]   r, tokens per second (float).   ARGV[6]  b, capacity (float).
+-- Reply:    {allowed (0/1), remaining (integer), retry_after (nil = never), reset_after,
+--           delay}, as one.lua: fractional numbers as '%.17g' strings ('0' for zero).
+
+local now_text = ARGV[1]
+if now_text == '' then
+  if redis.replicate_commands then
+    redis.replicate_commands()  -- Redis < 7: replicate effects, so TIME may precede writes
+  end
+  local t = redis.call('TIME')
+  now_text = string.format('%s.%06d', t[1], t[2])
+end
+local now = tonumber(now_text)
+local key = KEYS[1]
+local cost, r, b = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])
+
+local tat = nil
+local v = redis.call('GET', key)
+if v then
+  tat = tonumber(v)
+  if tat == nil or tat ~= tat or tat == math.huge or tat == -math.huge then
+    error({err = 'RKSTATE corrupt rate-limit state at ' .. key .. ': tat is ' .. tostring(v)})
+  end
+end
+if tat == nil or tat < now then
+  tat = now
+end
+local tokens = b - (tat - now) * r  -- a full bucket minus the debt not yet refilled
+local left = tokens - cost
+if left >= 0 or (-left / r < 1e-9 and cost <= b) then  -- NS_TOLERANCE
+  tat = tat + cost / r
+  local tat_text = string.format('%.17g', tat)
+  local reset = tat - now
+  do
+    -- expiry_ms(tat - now): ceil to ms, plus the grace, at least the minimum
+    local ms = math.ceil(reset * 1000) + tonumber(ARGV[4])
+    local min_ms = tonumber(ARGV[3])
+    if not (ms >= min_ms) then
+      ms = min_ms
+    end
+    redis.call('SET', key, tat_text, 'PX', ms)
+  end
+  local rem = 0
+  if left > 0 then
+    rem = math.floor(left + 1e-9)  -- floor_remaining
+  end
+  local reset_text = '0'
+  if reset ~= 0 then
+    reset_text = string.format('%.17g', reset)
+  end
+  return {1, rem, '0', reset_text, '0'}
+end
+local retry = false
+if not (cost > b) then
+  retry = string.format('%.17g', -left / r)
+end
+local rem = 0
+if tokens > 0 then
+  rem = math.floor(tokens + 1e-9)
+end
+local reset_text = '0'
+if tat - now ~= 0 then
+  reset_text = string.format('%.17g', tat - now)
+end
+return {0, rem, retry, reset_text, '0'}

@@ -1,0 +1,95 @@
+-- ratekeeper one-token-bucket: the single-limit hot path for token-bucket, as one
+-- straight-line script. Same KEYS, ARGV and reply as one.lua (see there), and the same
+-- arithmetic as token_bucket.lua, which both mirror ratekeeper/algorithms/token_bucket.py
+-- line by line. It exists for speed: Redis runs a script's whole body on every EVALSHA, so
+-- this one defines no functions and builds no tables but its reply.
+-- tests/integration/test_redis_parity.py checks it against the Python, decision by decision
+-- and state by state, like every other script.
+--
+-- KEYS[1]   the state key, a hash {tokens = <tokens at `last`>, last = <seconds>}, floats;
+--           absent = a full bucket.
+-- ARGV[1]   now: seconds as a decimal string (client clock), or "" for the server clock.
+-- ARGV[2]   cost. The request is charged if admitted.
+-- ARGV[3]   minimum key expiry, whole ms >= 1.   ARGV[4]  grace, whole ms >= 0.
+-- ARGV[5]   r, tokens per second (float).   ARGV[6]  b, capacity (float).
+-- Reply:    {allowed (0/1), remaining (integer), retry_after (nil = never), reset_after,
+--           delay}, as one.lua: fractional numbers as '%.17g' strings ('0' for zero).
+
+local now_text = ARGV[1]
+if now_text == '' then
+  if redis.replicate_commands then
+    redis.replicate_commands()  -- Redis < 7: replicate effects, so TIME may precede writes
+  end
+  local t = redis.call('TIME')
+  now_text = string.format('%s.%06d', t[1], t[2])
+end
+local now = tonumber(now_text)
+local key = KEYS[1]
+local cost, r, b = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])
+
+local tokens = b
+local behind = 0  -- how far the clock is behind the state's `last` (refill resumes there)
+local v = redis.call('HMGET', key, 'tokens', 'last')
+if v[1] or v[2] then
+  local last
+  tokens, last = tonumber(v[1]), tonumber(v[2])
+  if tokens == nil or tokens ~= tokens or tokens == math.huge or tokens == -math.huge then
+    error({err = 'RKSTATE corrupt rate-limit state at ' .. key .. ': tokens is '
+      .. tostring(v[1])})
+  end
+  if last == nil or last ~= last or last == math.huge or last == -math.huge then
+    error({err = 'RKSTATE corrupt rate-limit state at ' .. key .. ': last is '
+      .. tostring(v[2])})
+  end
+  if now >= last then
+    tokens = tokens + (now - last) * r
+    if tokens > b then
+      tokens = b
+    end
+  else  -- a clock going backwards refills nothing
+    behind = last - now
+  end
+end
+local left = tokens - cost
+if left >= 0 or (-left / r < 1e-9 and cost <= b) then  -- NS_TOLERANCE
+  -- Like Go, the state is stamped `now` even when the clock went backwards.
+  local reset = (b - left) / r
+  do
+    redis.call('HSET', key, 'tokens', string.format('%.17g', left), 'last', now_text)
+    -- expiry_ms(ttl): ceil to ms, plus the grace, at least the minimum; the ttl
+    -- last + (b - tokens) / r - now with last = now
+    local ms = math.ceil((now + (b - left) / r - now) * 1000) + tonumber(ARGV[4])
+    local min_ms = tonumber(ARGV[3])
+    if not (ms >= min_ms) then
+      ms = min_ms
+    end
+    redis.call('PEXPIRE', key, ms)
+  end
+  local rem = 0
+  if left > 0 then
+    rem = math.floor(left + 1e-9)  -- floor_remaining
+  end
+  local reset_text = '0'
+  if reset ~= 0 then
+    reset_text = string.format('%.17g', reset)
+  end
+  return {1, rem, '0', reset_text, '0'}
+end
+local retry = false
+if not (cost > b) then
+  local x = behind - left / r
+  retry = '0'
+  if x ~= 0 then
+    retry = string.format('%.17g', x)
+  end
+end
+local rem = 0
+if tokens > 0 then
+  rem = math.floor(tokens + 1e-9)
+end
+local reset = behind + (b - tokens) / r
+local reset_text = '0'
+if reset ~= 0 then
+  reset_text = string.format('%.17g', reset)
+end
+return {0, rem, retry, reset_text, '0'}
