@@ -215,3 +215,14 @@ def test_policy_of() -> None:
     assert HTTPPolicy.of(p) is p
     assert HTTPPolicy.of(SEARCH).limits == (SEARCH,)
     assert HTTPPolicy.of([SEARCH, DEFAULT]).limits == (SEARCH, DEFAULT)
+
+
+def test_a_fixed_cost_above_a_limits_capacity_is_a_configuration_error() -> None:
+    # Every such request would be rejected for ever: say so when the policy is built.
+    small = Limit("gcra", "1/s", burst=2, name="small")
+    with pytest.raises(ValueError, match=r"cost 5 exceeds the capacity of limit 'small' \(2\)"):
+        Route("/export", [small], cost=5)
+    with pytest.raises(ValueError, match="exceeds the capacity"):
+        HTTPPolicy(limits=[small], cost=3)
+    assert Route("/export", [small], cost=2).cost == 2  # at capacity is fine
+    assert Route("/export", [small], cost=lambda info: 5).limits == (small,)  # checked per call

@@ -87,11 +87,19 @@ def _limits(limits: Limit | Sequence[Limit], where: str) -> tuple[Limit, ...]:
     return lims
 
 
-def _check_cost(cost: object, where: str) -> None:
+def _check_cost(cost: object, where: str, limits: Sequence[Limit] = ()) -> None:
     if callable(cost):
         return
     if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not (0 < cost < math.inf):
         raise ValueError(f"{where}: cost must be a number above 0 or a function, got {cost!r}")
+    for lim in limits:
+        if cost > lim.capacity:
+            # Such a request could never be admitted: every one would get a 429 for ever.
+            raise ValueError(
+                f"{where}: cost {cost!r} exceeds the capacity of limit {lim.name!r} "
+                f"({lim.capacity:g}); raise that limit's burst (or rate amount for a window "
+                "algorithm) or lower the cost"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +138,7 @@ class Route:
             if isinstance(self.methods, str):
                 raise TypeError(f"{where}: methods must be a collection, got {self.methods!r}")
             set_(self, "methods", frozenset(m.upper() for m in self.methods))
-        _check_cost(self.cost, where)
+        _check_cost(self.cost, where, lims)
 
     def matches(self, method: str, path: str) -> bool:
         if self.methods is not None and method not in self.methods:
@@ -205,7 +213,7 @@ class HTTPPolicy:
                 )
         if not isinstance(self.client_ip, ClientIP):
             raise TypeError(f"client_ip must be a ClientIP, got {self.client_ip!r}")
-        _check_cost(self.cost, "HTTPPolicy")
+        _check_cost(self.cost, "HTTPPolicy", _limits(self.limits, "HTTPPolicy.limits"))
         if isinstance(self.exempt_paths, str) or isinstance(self.exempt_networks, str):
             raise TypeError("exempt_paths and exempt_networks must be lists, not one string")
         set_(self, "_exempt_paths", tuple(compile_path(p) for p in self.exempt_paths))
