@@ -643,6 +643,12 @@ class _Builder:
                         p.limit.check_cost(cost)
                     except RateKeeperError as e:
                         self.err(_join(loc, "cost"), f"{e} (limit {p.limit.name!r})")
+                        continue
+                    if cost > p.limit.capacity:
+                        self.err(_join(loc, "cost"),
+                                 f"cost {cost:g} exceeds the capacity of limit {p.limit.name!r} "
+                                 f"({p.limit.capacity:g}): no request could ever be admitted; "
+                                 "raise its burst (or amount) or lower the cost")
             if rname is not None:
                 rule = Rule(ctx.name, rname, path, limits, unlimited=unlimited,
                             shadow_mode=shadow, cost=cost, description=description,
