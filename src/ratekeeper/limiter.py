@@ -415,6 +415,9 @@ class Limiter(_LimiterCore):
         """
         decide: Callable[[str, float, float], Decision] = self.store.bind(single)
         clock = self.clock
+        # A store on its own clock (Redis TIME) ignores `now`: do not read ours for it.
+        if getattr(self.store, "uses_client_clock", True) is False:
+            clock = float  # float() == 0.0, a placeholder
         max_len = self.max_key_length
         slow = self._hit
 

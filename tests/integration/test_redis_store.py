@@ -498,7 +498,10 @@ def test_a_garbage_reply_is_a_store_error(standalone: StoreTarget) -> None:
                  # one.lua's shape: {allowed, remaining, retry_after, reset_after, delay}
                  "return {2, 0, false, '0', '0'}", "return {1, -1, false, '0', '0'}",
                  "return {1, 0, false, 'nan', '0'}", "return {1, 0, 'x', '0', '0'}",
-                 "return {1, '0', false, '0', '0'}", "return {1, 0, false, '0'}"):
+                 "return {1, '0', false, '0', '0'}", "return {1, 0, false, '0'}",
+                 # one_gcra.lua's admission: {remaining, tat, now}
+                 "return {-1, '2', 3}", "return {1, 'x', 3}", "return {1, 'inf', 3}",
+                 "return {1, '2', 'x'}", "return {'1', '2', 3}", "return {1, '2'}"):
         # What a real server sends back for such a script, through the store's parsers.
         reply = client.eval(junk, 0)
         with pytest.raises(StoreError, match="unexpected reply"):

@@ -17,7 +17,8 @@ import hashlib
 from importlib import resources
 from typing import NamedTuple
 
-__all__ = ["ALGORITHM_IDS", "CHECK", "ONE", "REFUND", "STATE", "Script", "lua_source"]
+__all__ = ["ALGORITHM_IDS", "CHECK", "ONE", "ONE_FAST", "REFUND", "STATE", "Script",
+           "lua_source"]
 
 #: Algorithm id passed in ARGV (see check.lua), by `Limit.algorithm`.
 ALGORITHM_IDS: dict[str, int] = {
@@ -63,11 +64,15 @@ def _script(name: str, *files: str) -> Script:
 
 #: Any number of limits of any algorithms, all-or-nothing (composite checks).
 CHECK = _script("check", "_common.lua", *_ALGORITHM_FILES, "check.lua")
-#: Straight-line single-limit scripts (``one_<algorithm>.lua``): the same ARGV, reply and
-#: arithmetic as ``one.lua`` with that algorithm, with no function definitions, because Redis
-#: runs a script's whole body (defining every helper again) on each EVALSHA.
+#: Straight-line single-limit scripts (``one_<algorithm>.lua``): the same arithmetic as
+#: ``one.lua`` with that algorithm, with no function definitions, because Redis runs a
+#: script's whole body (defining every helper again) on each EVALSHA. Their ARGV is shorter
+#: (cost, p1, p2, then min expiry, now and grace, trailing defaults left off) and an
+#: admission is answered as just ``{remaining, reset_after}``; see the files.
 _ONE_FAST = {"gcra": "one_gcra.lua", "token-bucket": "one_token_bucket.lua"}
-#: One limit: one script per algorithm, the single-limit hot path (same ARGV and reply).
+#: The algorithms whose `ONE` script is a straight-line one (the short ARGV and reply).
+ONE_FAST: frozenset[str] = frozenset(_ONE_FAST)
+#: One limit: one script per algorithm, the single-limit hot path.
 ONE: dict[str, Script] = {
     name: _script(f"one-{name}", _ONE_FAST[name]) if name in _ONE_FAST
     else _script(f"one-{name}", "_common.lua", file, "one.lua")

@@ -81,7 +81,7 @@ from .._types import Decision, Limit
 from ..algorithms._common import new_decision
 from ..algorithms.leaky_bucket import params as leaky_params
 from ._base import Check
-from ._lua import ALGORITHM_IDS, CHECK, ONE, REFUND, STATE, Script
+from ._lua import ALGORITHM_IDS, CHECK, ONE, ONE_FAST, REFUND, STATE, Script
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -405,6 +405,10 @@ def _float(v: Any, what: str, reply: Any) -> float:
     raise _bad_reply(what, reply)
 
 
+#: What a bulk string reply arrives as (bytes; str on a client that decodes replies).
+_TEXT = (bytes, str)
+
+
 def _fmt(x: float) -> str:
     """A float as ARGV text that Lua's tonumber reads back exactly (Python's repr)."""
     return repr(float(x))
@@ -534,8 +538,20 @@ class _RedisCore:
         _, p1, p2, p3 = self._limit_args(limit)
         return [p1, p2, p3] if limit.algorithm == "leaky-bucket" else [p1, p2]
 
+    def _fast_tail(self, now_arg: str) -> list[str]:
+        """ARGV[4..6] of the straight-line one-limit scripts (one_gcra.lua,
+        one_token_bucket.lua): min expiry, now, grace, with the trailing ones left off that
+        equal the script's defaults (1 ms, the server clock, 0 ms)."""
+        if now_arg:
+            return [self._min_ms, now_arg, self._grace_ms]
+        return [] if self._min_ms == "1" else [self._min_ms]
+
     def _one_call(self, limit: Limit, key: str, cost: float, now: float) -> _Call:
-        n, m, g = self._time_args(self._now_arg(now))
+        now_arg = self._now_arg(now)
+        if limit.algorithm in ONE_FAST:
+            return _Call(ONE[limit.algorithm], [self.state_key(limit, key)],
+                         [repr(cost), *self._one_params(limit), *self._fast_tail(now_arg)])
+        n, m, g = self._time_args(now_arg)
         return _Call(ONE[limit.algorithm], [self.state_key(limit, key)],
                      [n, repr(cost), m, g, *self._one_params(limit)])
 
@@ -586,8 +602,35 @@ class _RedisCore:
     @staticmethod
     def _parse_one(reply: Any, limit: Limit) -> Decision:
         # The hot path: a one-limit reply, validated field by field like _parse_check.
-        # one.lua's reply: {allowed, remaining, retry_after, reset_after, delay}.
-        if reply.__class__ is list and len(reply) == 5:
+        # one.lua's reply: {allowed, remaining, retry_after, reset_after, delay}. The
+        # straight-line scripts answer an admission (retry_after and delay 0) with what
+        # reset_after is computed from, the same float operations as the script's (and the
+        # Python algorithm's), which saves the server formatting one float:
+        # one_gcra.lua {remaining, tat, now} (reset = tat - now; now an int = microseconds),
+        # one_token_bucket.lua {remaining, left} (reset = (b - left) / r).
+        if reply.__class__ is not list:
+            raise _bad_reply("the check script", reply)
+        n = len(reply)
+        if 1 < n < 4:
+            remaining, x = reply[0], reply[1]
+            if remaining.__class__ is int and remaining >= 0 and x.__class__ in _TEXT:
+                try:
+                    if n == 3 and limit.algorithm == "gcra":
+                        now = reply[2]
+                        reset_after = float(x) - (
+                            now / 1e6 if now.__class__ is int else float(now))
+                    elif n == 2 and limit.algorithm == "token-bucket":
+                        reset_after = ((float(limit.capacity) - float(x))
+                                       / float(limit.per_second))
+                    else:
+                        raise ValueError
+                except (TypeError, ValueError):
+                    pass
+                else:
+                    if math.isfinite(reset_after):
+                        return new_decision(Decision, (True, remaining, 0.0, reset_after, 0.0,
+                                                       limit, False))
+        elif n == 5:
             allowed, remaining, retry, reset, delay = reply
             if allowed in (0, 1) and remaining.__class__ is int and remaining >= 0:
                 try:
@@ -1156,6 +1199,10 @@ class RedisStore(_RedisCore):
         min_ms = self._min_ms.encode()
         grace_ms = (self._grace_ms if client_clock else "0").encode()
         server_now, one = b"", b"1"
+        # The straight-line scripts take (cost, p1, p2[, min, now, grace]); on the server's
+        # clock everything after the cost is fixed: `rest`, the defaults left off.
+        fast = limit.algorithm in ONE_FAST
+        rest = params + tuple(a.encode() for a in self._fast_tail(""))
         parse, stats, breaker = self._parse_one, self.stats, self._breaker
         decide_one, failed, short_circuit = self.decide_one, self._failed, self._short_circuit
         noscript = rex.NoScriptError
@@ -1166,8 +1213,13 @@ class RedisStore(_RedisCore):
                 return decide_one(limit, key, cost, now)
             if "%" in key or "}" in key:
                 key = _encode_key(key)
-            args = (head + key + tail, repr(float(now)) if client_clock else server_now,
-                    one if cost == 1 else repr(cost), min_ms, grace_ms, *params)
+            c = one if cost == 1 else repr(cost)
+            if fast:
+                args = ((head + key + tail, c, *params, min_ms, repr(float(now)), grace_ms)
+                        if client_clock else (head + key + tail, c, *rest))
+            else:
+                args = (head + key + tail, repr(float(now)) if client_clock else server_now,
+                        c, min_ms, grace_ms, *params)
             if breaker._open_until is not None:
                 short_circuit(breaker)  # raises while open, or lets this call probe
             try:

@@ -1,30 +1,41 @@
 -- ratekeeper one-gcra: the single-limit hot path for gcra, as one straight-line script.
--- Same KEYS, ARGV and reply as one.lua (see there), and the same arithmetic as gcra.lua,
--- which both mirror ratekeeper/algorithms/gcra.py line by line. It exists for speed: Redis
--- runs a script's whole body on every EVALSHA, so this one defines no functions and builds
+-- Same KEYS as one.lua (see there), a shorter ARGV and reply (below), and the same
+-- arithmetic as gcra.lua, which both mirror ratekeeper/algorithms/gcra.py line by line.
+-- It exists for speed: Redis runs a script's whole body on every EVALSHA, so this one defines no functions and builds
 -- no tables but its reply (one.lua + _common.lua + gcra.lua create about 15 closures per
 -- call). tests/integration/test_redis_parity.py checks it against the Python, decision by
 -- decision and state by state, like every other script.
 --
 -- KEYS[1]   the state key, a string: tat (seconds, '%.17g'); absent = a full bucket.
--- ARGV[1]   now: seconds as a decimal string (client clock), or "" for the server clock.
--- ARGV[2]   cost. The request is charged if admitted.
--- ARGV[3]   minimum key expiry, whole ms >= 1.   ARGV[4]  grace, whole ms >= 0.
--- ARGV[5]   r, tokens per second (float).   ARGV[6]  b, capacity (float).
--- Reply:    {allowed (0/1), remaining (integer), retry_after (nil = never), reset_after,
---           delay}, as one.lua: fractional numbers as '%.17g' strings ('0' for zero).
+-- ARGV[1]   cost. The request is charged if admitted.
+-- ARGV[2]   r, tokens per second (float).   ARGV[3]  b, capacity (float).
+-- ARGV[4]   minimum key expiry, whole ms >= 1; absent = 1.
+-- ARGV[5]   now: seconds as a decimal string (client clock); absent or "" = the server
+--           clock.   ARGV[6]  grace, whole ms >= 0; absent = 0.
+--           (Trailing defaults are left off: every argument costs the server a string on
+--           each call, so a server-clock store sends only ARGV[1..3].)
+-- Reply:    admitted: {remaining (integer), tat, now} (retry_after and delay are 0;
+--           reset_after = tat - now, computed by the client: one float formatted less here):
+--           now is ARGV[5] as given, or the server's clock as whole microseconds (an integer);
+--           rejected: {0, remaining, retry_after (nil = never), reset_after, delay}, as
+--           one.lua. Fractional numbers as '%.17g' strings ('0' for zero).
 
-local now_text = ARGV[1]
-if now_text == '' then
+local now_text, now, now_us = ARGV[5], nil, nil
+if now_text == nil or now_text == '' then
   if redis.replicate_commands then
     redis.replicate_commands()  -- Redis < 7: replicate effects, so TIME may precede writes
   end
   local t = redis.call('TIME')
-  now_text = string.format('%s.%06d', t[1], t[2])
+  now_text = nil
+  -- exactly tonumber('<s>.<us, 6 digits>'), without formatting it: an integer below 2^53
+  -- divided by 10^6, rounded once, like the decimal read correctly rounded
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = now_us / 1000000
+else
+  now = tonumber(now_text)
 end
-local now = tonumber(now_text)
 local key = KEYS[1]
-local cost, r, b = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local cost, r, b = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local tat = nil
 local v = redis.call('GET', key)
@@ -42,11 +53,11 @@ local left = tokens - cost
 if left >= 0 or (-left / r < 1e-9 and cost <= b) then  -- NS_TOLERANCE
   tat = tat + cost / r
   local tat_text = string.format('%.17g', tat)
-  local reset = tat - now
+  local reset = tat - now  -- the expiry's; the client's reset_after is the same difference
   do
     -- expiry_ms(tat - now): ceil to ms, plus the grace, at least the minimum
-    local ms = math.ceil(reset * 1000) + tonumber(ARGV[4])
-    local min_ms = tonumber(ARGV[3])
+    local ms = math.ceil(reset * 1000) + tonumber(ARGV[6] or 0)
+    local min_ms = tonumber(ARGV[4] or 1)
     if not (ms >= min_ms) then
       ms = min_ms
     end
@@ -56,11 +67,7 @@ if left >= 0 or (-left / r < 1e-9 and cost <= b) then  -- NS_TOLERANCE
   if left > 0 then
     rem = math.floor(left + 1e-9)  -- floor_remaining
   end
-  local reset_text = '0'
-  if reset ~= 0 then
-    reset_text = string.format('%.17g', reset)
-  end
-  return {1, rem, '0', reset_text, '0'}
+  return {rem, tat_text, now_text or now_us}
 end
 local retry = false
 if not (cost > b) then

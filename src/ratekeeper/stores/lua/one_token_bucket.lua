@@ -1,31 +1,40 @@
 -- ratekeeper one-token-bucket: the single-limit hot path for token-bucket, as one
--- straight-line script. Same KEYS, ARGV and reply as one.lua (see there), and the same
--- arithmetic as token_bucket.lua, which both mirror ratekeeper/algorithms/token_bucket.py
--- line by line. It exists for speed: Redis runs a script's whole body on every EVALSHA, so
+-- straight-line script. Same KEYS as one.lua (see there), a shorter ARGV and reply
+-- (below), and the same arithmetic as token_bucket.lua, which both mirror
+-- ratekeeper/algorithms/token_bucket.py line by line. It exists for speed: Redis runs a script's whole body on every EVALSHA, so
 -- this one defines no functions and builds no tables but its reply.
 -- tests/integration/test_redis_parity.py checks it against the Python, decision by decision
 -- and state by state, like every other script.
 --
 -- KEYS[1]   the state key, a hash {tokens = <tokens at `last`>, last = <seconds>}, floats;
 --           absent = a full bucket.
--- ARGV[1]   now: seconds as a decimal string (client clock), or "" for the server clock.
--- ARGV[2]   cost. The request is charged if admitted.
--- ARGV[3]   minimum key expiry, whole ms >= 1.   ARGV[4]  grace, whole ms >= 0.
--- ARGV[5]   r, tokens per second (float).   ARGV[6]  b, capacity (float).
--- Reply:    {allowed (0/1), remaining (integer), retry_after (nil = never), reset_after,
---           delay}, as one.lua: fractional numbers as '%.17g' strings ('0' for zero).
+-- ARGV[1]   cost. The request is charged if admitted.
+-- ARGV[2]   r, tokens per second (float).   ARGV[3]  b, capacity (float).
+-- ARGV[4]   minimum key expiry, whole ms >= 1; absent = 1.
+-- ARGV[5]   now: seconds as a decimal string (client clock); absent or "" = the server
+--           clock.   ARGV[6]  grace, whole ms >= 0; absent = 0.
+--           (Trailing defaults are left off: every argument costs the server a string on
+--           each call, so a server-clock store sends only ARGV[1..3].)
+-- Reply:    admitted: {remaining (integer), left} (retry_after and delay are 0;
+--           reset_after = (b - left) / r, computed by the client: one float formatted less
+--           here); rejected: {0, remaining, retry_after (nil = never), reset_after, delay}, as
+--           one.lua. Fractional numbers as '%.17g' strings ('0' for zero).
 
-local now_text = ARGV[1]
-if now_text == '' then
+local now_text, now, t = ARGV[5], nil, nil
+if now_text == nil or now_text == '' then
   if redis.replicate_commands then
     redis.replicate_commands()  -- Redis < 7: replicate effects, so TIME may precede writes
   end
-  local t = redis.call('TIME')
-  now_text = string.format('%s.%06d', t[1], t[2])
+  t = redis.call('TIME')
+  now_text = nil
+  -- exactly tonumber('<s>.<us, 6 digits>'), without formatting it: an integer below 2^53
+  -- divided by 10^6, rounded once, like the decimal read correctly rounded
+  now = (tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000000
+else
+  now = tonumber(now_text)
 end
-local now = tonumber(now_text)
 local key = KEYS[1]
-local cost, r, b = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local cost, r, b = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local tokens = b
 local behind = 0  -- how far the clock is behind the state's `last` (refill resumes there)
@@ -53,13 +62,14 @@ end
 local left = tokens - cost
 if left >= 0 or (-left / r < 1e-9 and cost <= b) then  -- NS_TOLERANCE
   -- Like Go, the state is stamped `now` even when the clock went backwards.
-  local reset = (b - left) / r
+  local left_text = string.format('%.17g', left)
   do
-    redis.call('HSET', key, 'tokens', string.format('%.17g', left), 'last', now_text)
+    redis.call('HSET', key, 'tokens', left_text, 'last',
+      now_text or string.format('%s.%06d', t[1], t[2]))
     -- expiry_ms(ttl): ceil to ms, plus the grace, at least the minimum; the ttl
     -- last + (b - tokens) / r - now with last = now
-    local ms = math.ceil((now + (b - left) / r - now) * 1000) + tonumber(ARGV[4])
-    local min_ms = tonumber(ARGV[3])
+    local ms = math.ceil((now + (b - left) / r - now) * 1000) + tonumber(ARGV[6] or 0)
+    local min_ms = tonumber(ARGV[4] or 1)
     if not (ms >= min_ms) then
       ms = min_ms
     end
@@ -69,11 +79,7 @@ if left >= 0 or (-left / r < 1e-9 and cost <= b) then  -- NS_TOLERANCE
   if left > 0 then
     rem = math.floor(left + 1e-9)  -- floor_remaining
   end
-  local reset_text = '0'
-  if reset ~= 0 then
-    reset_text = string.format('%.17g', reset)
-  end
-  return {1, rem, '0', reset_text, '0'}
+  return {rem, left_text}
 end
 local retry = false
 if not (cost > b) then
