@@ -12,6 +12,7 @@ Waiting here is for servers (restart, failover), never for rate-limit time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -223,6 +224,122 @@ async def test_sigstop_async_is_bounded_and_coalesced_calls_fail_together(
         assert time.monotonic() - t0 < 5
         await asyncio.sleep(0.02)
     await store.aclose()
+
+
+# -- a server that refuses to serve: out of memory, no replicas, busy, redirected ---------
+
+
+def _refused(store: RedisStore, limiter: Limiter, n: int) -> list[Any]:
+    return [timed(lambda i=i: limiter.hit(f"k{i}"))[0] for i in range(n)]
+
+
+@pytest.mark.parametrize("kind", ["redis", "valkey"])
+def test_a_full_server_is_unavailable_and_opens_the_breaker(
+        server_factory: Callable[..., RedisServer], kind: str) -> None:
+    """``maxmemory`` reached under ``noeviction``: the server answers ``-OOM`` (redis-py:
+    `OutOfMemoryError`, prefix stripped). That is the server unable to serve, not a bad
+    request: `StoreUnavailable`, counted, and the breaker opens."""
+    server = server_factory(kind)
+    errors: list[BaseException] = []
+    store, limiter = make(server.url, "raise", errors)
+    assert limiter.hit("warm").allowed  # scripts loaded before memory runs out
+    with server.admin() as c:
+        c.config_set("maxmemory-policy", "noeviction")
+        c.config_set("maxmemory", "1")  # every write is over the limit
+    outs = _refused(store, limiter, 5)
+    assert all(isinstance(o, StoreUnavailable) for o in outs), outs
+    assert "maxmemory" in str(outs[0])  # the server's reason is kept
+    assert store.stats.unavailable == 3 and store.stats.short_circuited == 2, store.stats
+    assert store.breaker.state == "open"
+    with server.admin() as c:
+        c.config_set("maxmemory", "0")
+    assert recover(lambda: limiter.hit("k0")).allowed
+    store.close()
+
+
+async def test_a_full_server_is_unavailable_to_the_async_store(
+        server_factory: Callable[..., RedisServer]) -> None:
+    server = server_factory("valkey")
+    store = AsyncRedisStore.from_url(server.url, timeout=TIMEOUT, breaker_failures=3,
+                                     breaker_cooldown=COOLDOWN)
+    limiter = AsyncLimiter(LIMIT, store, failure="raise")
+    assert (await limiter.hit("warm")).allowed
+    with server.admin() as c:
+        c.config_set("maxmemory-policy", "noeviction")
+        c.config_set("maxmemory", "1")
+    for i in range(3):
+        with pytest.raises(StoreUnavailable, match="maxmemory"):
+            await limiter.hit(f"k{i}")
+    assert store.stats.unavailable == 3 and store.breaker.state == "open"
+    await store.aclose()
+
+
+def test_no_good_replicas_is_unavailable(server_factory: Callable[..., RedisServer]) -> None:
+    """``-NOREPLICAS`` has no redis-py class: matched by its reply code."""
+    server = server_factory("redis")
+    errors: list[BaseException] = []
+    store, limiter = make(server.url, "raise", errors)
+    with server.admin() as c:
+        c.config_set("min-replicas-to-write", "1")  # and there is no replica
+    outs = _refused(store, limiter, 3)
+    assert all(isinstance(o, StoreUnavailable) for o in outs), outs
+    assert store.breaker.state == "open"
+    store.close()
+
+
+def test_a_busy_server_is_unavailable(server_factory: Callable[..., RedisServer]) -> None:
+    """A script of another program runs past ``busy-reply-threshold``: ``-BUSY``."""
+    server = server_factory("redis")
+    errors: list[BaseException] = []
+    store, limiter = make(server.url, "raise", errors)
+    with server.admin() as c:
+        c.config_set("busy-reply-threshold", "10")
+    spinner = server.client(socket_timeout=30)
+    thread = threading.Thread(target=_spin, args=(spinner,), daemon=True)
+    thread.start()
+    try:
+        def busy() -> bool:
+            with server.client(socket_timeout=5) as c:
+                try:
+                    c.ping()
+                except Exception as e:
+                    return str(e).startswith("BUSY")
+            return False
+
+        wait_until(busy, timeout=10, interval=0.01, what="the server to answer BUSY")
+        out = timed(lambda: limiter.hit("k"))[0]
+        assert isinstance(out, StoreUnavailable) and "BUSY" in str(out), out
+        assert store.stats.unavailable == 1
+    finally:
+        with server.client(socket_timeout=5) as c:
+            c.script_kill()
+        thread.join(10)
+        spinner.close()
+    assert recover(lambda: limiter.hit("k")).allowed
+    store.close()
+
+
+def _spin(client: Any) -> None:
+    with contextlib.suppress(Exception):  # SCRIPT KILL ends it with an error reply
+        client.eval("while true do end", 0)
+
+
+@pytest.mark.cluster
+def test_a_redirect_the_client_does_not_follow_is_unavailable(redis_cluster: RedisCluster,
+                                                              cluster_client: Any) -> None:
+    """``-MOVED`` reaching the store (redis-py: `MovedError`, prefix stripped; here a plain
+    client on one cluster node asked for a key of another) means the topology is not the
+    client's: unavailable, never "answered with an error"."""
+    node = redis_cluster.primaries()[0]
+    store = RedisStore(redis_cluster.node_by_port(node.port).client(socket_timeout=1.0),
+                       breaker_failures=0)
+    limiter = Limiter(LIMIT, store, failure="raise")
+    key = next(f"user{i}" for i in range(100)
+               if cluster_client.get_node_from_key(store.state_key(LIMIT, f"user{i}")).port
+               != node.port)
+    with pytest.raises(StoreUnavailable, match="MovedError"):
+        limiter.hit(key)
+    store.client.close()
 
 
 # -- SCRIPT FLUSH under load ----------------------------------------------------------------

@@ -32,7 +32,8 @@ Theory of operation
   a key is kept at least ``min_ttl`` seconds of real time (default 60 s), because the
   client's clock need not run at real speed.
 * **Failures.** Connection errors, timeouts and "server not ready" answers (LOADING,
-  READONLY, CLUSTERDOWN, MASTERDOWN, TRYAGAIN, OOM, BUSY) raise `StoreUnavailable`; a
+  READONLY, CLUSTERDOWN, MASTERDOWN, TRYAGAIN, OOM, BUSY, NOREPLICAS, an unfollowed
+  MOVED/ASK; told apart by redis-py's exception class) raise `StoreUnavailable`; a
   reply the store cannot interpret (corrupt state, a foreign key under the prefix) raises
   `StoreError`. No raw client exception escapes. A `CircuitBreaker` (one per server; one
   per node on a cluster) fails fast after repeated unavailability, so that during an
@@ -110,24 +111,26 @@ _asyncio_timeout: Any = getattr(asyncio, "timeout", None)
 _SyncSentinel: Any = redis.sentinel.Sentinel
 _AsyncSentinel: Any = redis.asyncio.sentinel.Sentinel
 
-#: Error prefixes that mean "the server cannot serve this now", not "bad request".
-_UNAVAILABLE_PREFIXES = (
-    "LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "OOM", "BUSY",
-    "NOREPLICAS", "MOVED", "ASK",
-)  # fmt: skip
+#: Client exceptions that mean "the server cannot serve this now", not "bad request".
+#: Classified by type: redis-py strips the code of the replies it maps to a class
+#: (``-OOM ...`` arrives as `OutOfMemoryError` with the text after "OOM").
 _UNAVAILABLE_TYPES: tuple[type[BaseException], ...] = (
-    rex.ConnectionError,  # includes BusyLoadingError, AuthenticationError, MasterNotFoundError
-    rex.TimeoutError,
-    rex.ClusterDownError,
-    rex.TryAgainError,
-    rex.MasterDownError,
-    rex.ReadOnlyError,
+    rex.ConnectionError,  # includes BusyLoadingError (LOADING), AuthenticationError,
+    rex.TimeoutError,     # MasterNotFoundError
+    rex.ClusterDownError,  # CLUSTERDOWN, and MasterDownError (MASTERDOWN)
+    rex.TryAgainError,  # TRYAGAIN
+    rex.ReadOnlyError,  # READONLY (a replica, or a primary demoted by a failover)
+    rex.OutOfMemoryError,  # OOM (maxmemory reached under noeviction)
+    rex.AskError,  # ASK and MovedError (MOVED): redirects the client did not follow
     rex.SlotNotCoveredError,
     rex.RedisClusterException,  # "cannot connect to any node", topology failures
     OSError,
     asyncio.TimeoutError,
     TimeoutError,
 )
+#: Reply codes of refusals that redis-py has no class for (the reply keeps its code):
+#: a script of another client running too long, and too few replicas for a write.
+_UNAVAILABLE_CODES = frozenset({"BUSY", "NOREPLICAS"})
 
 
 class _Call(NamedTuple):
@@ -817,9 +820,10 @@ class _RedisCore:
                                     f"{type(exc).__name__}: {exc}")
         msg = str(exc)
         if isinstance(exc, rex.ResponseError):
-            if msg.startswith(_UNAVAILABLE_PREFIXES):
+            code = msg.split(" ", 1)[0]  # the whole code: BUSYKEY is not BUSY
+            if code in _UNAVAILABLE_CODES:
                 return StoreUnavailable(f"Redis store {self._describe} cannot serve now: {msg}")
-            if msg.startswith(("RKSTATE", "WRONGTYPE")):
+            if code in ("RKSTATE", "WRONGTYPE"):
                 return StoreError(
                     f"Redis store {self._describe}: {msg.split(' script:', 1)[0]}; reset the key "
                     "(limiter.reset) or use a key prefix no other program writes under"
