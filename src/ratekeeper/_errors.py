@@ -22,12 +22,16 @@ class RateKeeperError(Exception):
     """Base class of every error ratekeeper raises."""
 
 
-class InvalidRate(RateKeeperError, ValueError):
-    """A rate string or rate value could not be understood."""
-
-
 class InvalidLimit(RateKeeperError, ValueError):
     """A `Limit` was built with parameters that cannot describe a working limit."""
+
+
+class InvalidRate(InvalidLimit):
+    """A rate string or rate value could not be understood.
+
+    A kind of `InvalidLimit` (a rate is part of a limit), so a bad rate given to `Limit` is
+    caught by ``except InvalidRate`` and by ``except InvalidLimit`` alike.
+    """
 
 
 class InvalidCost(RateKeeperError, ValueError):

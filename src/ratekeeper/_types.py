@@ -96,10 +96,7 @@ class Limit:
             raise InvalidLimit(
                 f"unknown algorithm {self.algorithm!r}; choose one of: {', '.join(ALGORITHMS)}"
             )
-        try:
-            rate = parse_rate(self.rate)
-        except ValueError as e:
-            raise InvalidLimit(str(e)) from None
+        rate = parse_rate(self.rate)  # InvalidRate, itself an InvalidLimit
         set_(self, "rate", rate)
         if self.scope not in ("key", "global"):
             raise InvalidLimit(f"scope must be 'key' or 'global', got {self.scope!r}")
