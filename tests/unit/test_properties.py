@@ -3,6 +3,11 @@
 Traces are on a millisecond grid (as the conformance cases are); reference models of the
 window algorithms use exact integer / `Fraction` arithmetic, straight from the definitions in
 the conformance README.
+
+Each test draws one `case` (a limit with its trace) so that an input found once can be pinned
+with ``@example``: CI must never pass only because a lucky seed missed it. The pinned inputs
+sit on the boundaries a random trace rarely hits (an instant exactly one period after an
+admission, whose decimal seconds do not subtract exactly in floats).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from collections import defaultdict
 from fractions import Fraction
 from typing import Any
 
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from ratekeeper import Decision, Limit, Limiter, MemoryStore, Rate
@@ -34,8 +39,9 @@ Event = tuple[int, str, int]  # (t in ms, key, cost)
 # -- strategies ------------------------------------------------------------------------------
 
 @st.composite
-def limits(draw: st.DrawFn, algorithm: str | None = None, *, exact_ms: bool = False) -> Limit:
-    algo = algorithm or draw(st.sampled_from(ALGOS))
+def limits(draw: st.DrawFn, algorithm: str | list[str] | None = None, *,
+           exact_ms: bool = False) -> Limit:
+    algo = algorithm if isinstance(algorithm, str) else draw(st.sampled_from(algorithm or ALGOS))
     if algo in ("token-bucket", "gcra"):
         rate = Rate(draw(st.integers(1, 20)), float(draw(st.sampled_from(PERIODS))))
         return Limit(algo, rate, burst=draw(st.integers(1, 10)))
@@ -72,6 +78,24 @@ def max_cost(limit: Limit) -> int:
     return int(limit.capacity) + 2
 
 
+Case = tuple[Limit, list[Event]]
+
+
+@st.composite
+def cases(draw: st.DrawFn, algorithm: str | list[str] | None = None, *, keys: int = 2,
+          backwards: bool = False, n: int = 60, exact_ms: bool = False,
+          unit_costs: bool = False) -> Case:
+    """A limit and a trace for it (costs up to just above the limit's capacity)."""
+    limit = draw(limits(algorithm, exact_ms=exact_ms))
+    cost = 1 if unit_costs else max_cost(limit)
+    return limit, draw(traces(cost, keys=keys, backwards=backwards, n=n))
+
+
+#: One admission, then a request exactly one period later: ``16.208 - 2.0`` is
+#: ``14.207999999999998`` in floats, so a log that compares naively still holds the entry.
+LOG_EXACT_PERIOD: Case = (Limit("sliding-window-log", "1/2s"), [(14208, "a", 1), (16208, "a", 1)])
+
+
 def secs(ms: int) -> float:
     return ms / 1000
 
@@ -106,11 +130,9 @@ def assert_same(a: Decision, b: Decision) -> None:
 # -- token bucket / GCRA ---------------------------------------------------------------------
 
 @SETTINGS
-@given(st.data())
-def test_bucket_admits_at_most_burst_plus_rate_times_t(data: st.DataObject) -> None:
-    algo = data.draw(st.sampled_from(["token-bucket", "gcra"]))
-    limit = data.draw(limits(algo))
-    events = data.draw(traces(max_cost(limit), keys=1))
+@given(cases(["token-bucket", "gcra"], keys=1))
+def test_bucket_admits_at_most_burst_plus_rate_times_t(case: Case) -> None:
+    limit, events = case
     admitted = [(secs(t), c) for (t, _, c), _, d, _ in replay(limit, events) if d.allowed]
     b, r = limit.capacity, limit.per_second
     for i, (ti, _) in enumerate(admitted):
@@ -121,11 +143,10 @@ def test_bucket_admits_at_most_burst_plus_rate_times_t(data: st.DataObject) -> N
 
 
 @SETTINGS
-@given(st.data())
-def test_token_bucket_and_gcra_make_identical_decisions(data: st.DataObject) -> None:
-    tb_limit = data.draw(limits("token-bucket"))
+@given(cases("token-bucket", keys=3))
+def test_token_bucket_and_gcra_make_identical_decisions(case: Case) -> None:
+    tb_limit, events = case
     gcra_limit = Limit("gcra", tb_limit.rate, burst=tb_limit.burst)
-    events = data.draw(traces(max_cost(tb_limit), keys=3))
     pairs = zip(replay(tb_limit, events), replay(gcra_limit, events), strict=True)
     for (ev, _, a, _), (_, _, b, _) in pairs:
         assert (a.allowed, a.remaining) == (b.allowed, b.remaining), ev
@@ -139,11 +160,11 @@ def test_token_bucket_and_gcra_make_identical_decisions(data: st.DataObject) -> 
 # -- windows: the definitions, exactly -------------------------------------------------------
 
 @SETTINGS
-@given(st.data())
-def test_fixed_window_is_its_definition(data: st.DataObject) -> None:
-    limit = data.draw(limits("fixed-window"))
+@given(cases("fixed-window"))
+@example((Limit("fixed-window", "2/3s"), [(11999, "a", 2), (12000, "a", 2), (14999, "a", 1)]))
+def test_fixed_window_is_its_definition(case: Case) -> None:
+    limit, events = case
     n, p_ms = int(limit.capacity), int(limit.period * 1000)
-    events = data.draw(traces(max_cost(limit), keys=2))
     used: dict[tuple[str, int], int] = defaultdict(int)
     for (t, key, cost), _, d, _ in replay(limit, events):
         k = t // p_ms
@@ -155,11 +176,13 @@ def test_fixed_window_is_its_definition(data: st.DataObject) -> None:
 
 
 @SETTINGS
-@given(st.data())
-def test_sliding_log_is_its_definition(data: st.DataObject) -> None:
-    limit = data.draw(limits("sliding-window-log"))
+@given(cases("sliding-window-log"))
+@example(LOG_EXACT_PERIOD)
+@example((Limit("sliding-window-log", "3/5s"), [(10109, "a", 2), (10110, "a", 1), (15109, "a", 3),
+                                                (15110, "a", 1)]))
+def test_sliding_log_is_its_definition(case: Case) -> None:
+    limit, events = case
     n, p_ms = int(limit.capacity), int(limit.period * 1000)
-    events = data.draw(traces(max_cost(limit), keys=2))
     log: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for (t, key, cost), _, d, after in replay(limit, events):
         in_window = sum(c for ts, c in log[key] if t - p_ms < ts <= t)
@@ -174,11 +197,12 @@ def test_sliding_log_is_its_definition(data: st.DataObject) -> None:
 
 
 @SETTINGS
-@given(st.data())
-def test_sliding_counter_is_cloudflares_estimate(data: st.DataObject) -> None:
-    limit = data.draw(limits("sliding-window-counter"))
+@given(cases("sliding-window-counter"))
+@example((Limit("sliding-window-counter", "4/3s"), [(11999, "a", 4), (12000, "a", 1),
+                                                    (13500, "a", 2), (14999, "a", 3)]))
+def test_sliding_counter_is_cloudflares_estimate(case: Case) -> None:
+    limit, events = case
     n, p_ms = int(limit.capacity), int(limit.period * 1000)
-    events = data.draw(traces(max_cost(limit), keys=2))
     per_window: dict[tuple[str, int], int] = defaultdict(int)
     admitted: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for (t, key, cost), _, d, _ in replay(limit, events):
@@ -199,10 +223,9 @@ def test_sliding_counter_is_cloudflares_estimate(data: st.DataObject) -> None:
 # -- leaky bucket ----------------------------------------------------------------------------
 
 @SETTINGS
-@given(st.data())
-def test_leaky_bucket_never_has_more_than_burst_plus_one_outstanding(data: st.DataObject) -> None:
-    limit = data.draw(limits("leaky-bucket"))
-    events = data.draw(traces(1, keys=1))
+@given(cases("leaky-bucket", keys=1, unit_costs=True))
+def test_leaky_bucket_never_has_more_than_burst_plus_one_outstanding(case: Case) -> None:
+    limit, events = case
     r, b = limit.per_second, int(limit.burst or 0)
     admitted = [(secs(t), d.delay) for (t, _, _), _, d, _ in replay(limit, events) if d.allowed]
     for i, (ti, _) in enumerate(admitted):
@@ -222,10 +245,9 @@ def test_leaky_bucket_never_has_more_than_burst_plus_one_outstanding(data: st.Da
 # -- every algorithm -------------------------------------------------------------------------
 
 @SETTINGS
-@given(st.data())
-def test_rejected_requests_never_change_state(data: st.DataObject) -> None:
-    limit = data.draw(limits())
-    events = data.draw(traces(max_cost(limit), keys=2, backwards=True))
+@given(cases(backwards=True))
+def test_rejected_requests_never_change_state(case: Case) -> None:
+    limit, events = case
     clock = ManualClock()
     store = MemoryStore()
     limiter = Limiter(limit, store, clock=clock)
@@ -242,11 +264,11 @@ def test_rejected_requests_never_change_state(data: st.DataObject) -> None:
 
 
 @SETTINGS
-@given(st.data())
-def test_retry_after_is_when_the_same_request_succeeds(data: st.DataObject) -> None:
-    limit = data.draw(limits())
+@given(cases(keys=1))
+@example(LOG_EXACT_PERIOD)
+def test_retry_after_is_when_the_same_request_succeeds(case: Case) -> None:
+    limit, events = case
     algo = get(limit.algorithm)
-    events = data.draw(traces(max_cost(limit), keys=1))
     for (t, _, cost), before, d, _ in replay(limit, events):
         if d.allowed:
             continue
@@ -255,7 +277,7 @@ def test_retry_after_is_when_the_same_request_succeeds(data: st.DataObject) -> N
             assert cost > limit.capacity
             assert not algo.decide(before, now + 1e6, float(cost), limit)[1].allowed
             continue
-        assert cost <= limit.capacity and d.retry_after >= 0
+        assert cost <= limit.capacity and d.retry_after > 0
         assert algo.decide(before, now + d.retry_after + 1e-9, float(cost), limit)[1].allowed
         if d.retry_after > 0.002:  # and not (much) earlier
             assert not algo.decide(before, now + d.retry_after - 0.002, float(cost),
@@ -263,11 +285,11 @@ def test_retry_after_is_when_the_same_request_succeeds(data: st.DataObject) -> N
 
 
 @SETTINGS
-@given(st.data())
-def test_remaining_is_how_many_unit_requests_fit_now(data: st.DataObject) -> None:
-    limit = data.draw(limits())
+@given(cases(keys=1))
+@example(LOG_EXACT_PERIOD)
+def test_remaining_is_how_many_unit_requests_fit_now(case: Case) -> None:
+    limit, events = case
     algo = get(limit.algorithm)
-    events = data.draw(traces(max_cost(limit), keys=1))
     for (t, _, _), before, d, after in replay(limit, events):
         state = after if d.allowed else before
         now = secs(t)
@@ -278,24 +300,24 @@ def test_remaining_is_how_many_unit_requests_fit_now(data: st.DataObject) -> Non
 
 
 @SETTINGS
-@given(st.data())
-def test_reset_after_agrees_with_ttl(data: st.DataObject) -> None:
-    limit = data.draw(limits())
+@given(cases(keys=1))
+def test_reset_after_agrees_with_ttl(case: Case) -> None:
+    limit, events = case
     algo = get(limit.algorithm)
-    events = data.draw(traces(max_cost(limit), keys=1))
     for (t, _, _), _, d, after in replay(limit, events):
         if d.allowed:
             assert abs(d.reset_after - algo.ttl(after, secs(t), limit)) < 1e-6
 
 
 @SETTINGS
-@given(st.data())
-def test_a_recovered_state_decides_like_a_missing_key(data: st.DataObject) -> None:
-    limit = data.draw(limits(exact_ms=False))  # any rate: ttl counts whole ms as decide leaks
+@given(cases(keys=1), st.integers(0, 2000), st.integers(1, 12))
+@example((LOG_EXACT_PERIOD[0], LOG_EXACT_PERIOD[1][:1]), 0, 1)  # found by a fresh database
+def test_a_recovered_state_decides_like_a_missing_key(case: Case, extra: int,
+                                                      unit_cost: int) -> None:
+    # any rate (not only exact ms): ttl counts whole ms as decide leaks
+    limit, events = case
     algo = get(limit.algorithm)
-    events = data.draw(traces(max_cost(limit), keys=1))
-    extra = data.draw(st.integers(0, 2000))
-    cost = float(data.draw(st.integers(1, max_cost(limit))))
+    cost = float(min(unit_cost, max_cost(limit)))
     (t, _, _), _, _, state = replay(limit, events)[-1]
     assume(state is not None)
     now = secs(t)
@@ -310,6 +332,60 @@ def test_a_recovered_state_decides_like_a_missing_key(data: st.DataObject) -> No
         if d1.allowed:
             for c in (1.0, cost):
                 assert_same(algo.decide(s1, at, c, limit)[1], algo.decide(s2, at, c, limit)[1])
+
+
+#: Clock origins: a monotonic clock shortly after boot, and the Unix time a Redis server's
+#: ``TIME`` gives (an ulp there is 0.24 µs).
+ORIGINS_US = [10_000_000, 1_764_547_200_000_000]
+
+
+@st.composite
+def microsecond_cases(draw: st.DrawFn) -> tuple[Limit, list[tuple[int, float]]]:
+    """A limit (fractional periods too) and ``(t in µs, cost)`` events from either origin.
+
+    Steps favour the boundaries: a whole period, half of one, the limit's window, 1 µs.
+    """
+    algo = draw(st.sampled_from(ALGOS))
+    amount = draw(st.integers(1, 50))
+    if algo == "leaky-bucket":
+        limit = Limit(algo, Rate(amount, 1.0), burst=draw(st.integers(0, 5)),
+                      nodelay=draw(st.booleans()))
+    else:
+        period = draw(st.sampled_from([0.1, 0.3, 1.0, 2.0, 3.0, 7.0, 60.0, 3600.0]))
+        burst = draw(st.integers(1, 10)) if algo in ("token-bucket", "gcra") else None
+        limit = Limit(algo, Rate(amount, period), burst=burst)
+    whole = algo in ("leaky-bucket", "sliding-window-log")
+    cost = st.integers(1, max_cost(limit)).map(float) if whole else st.one_of(
+        st.integers(1, max_cost(limit)).map(float), st.floats(0.1, limit.capacity + 2))
+    p_us, w_us = round(limit.period * 1e6), round(limit.window * 1e6)
+    step = st.one_of(st.just(0), st.integers(-2_000_000, 3_000_000),
+                     st.sampled_from([p_us, p_us // 2, w_us, 1, 1000]))
+    t = draw(st.sampled_from(ORIGINS_US)) + draw(st.integers(0, 10**10))
+    events = []
+    for dt, c in draw(st.lists(st.tuples(step, cost), min_size=1, max_size=40)):
+        t += dt
+        events.append((t, c))
+    return limit, events
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(microsecond_cases())
+@example((Limit("sliding-window-log", "2/m"), [(10_109_000, 1.0), (70_109_000, 2.0)]))
+@example((Limit("sliding-window-log", "1/2s"), [(1_764_547_214_208_000, 1.0),
+                                                (1_764_547_216_208_000, 1.0)]))
+def test_a_rejection_always_names_a_positive_wait(
+        case: tuple[Limit, list[tuple[int, float]]]) -> None:
+    """``allowed=False`` with ``retry_after == 0`` would tell a client to retry at once into
+    the same rejection: every rejection waits > 0 (or never, ``None``), on any clock."""
+    limit, events = case
+    algo = get(limit.algorithm)
+    state = None
+    for t_us, cost in events:
+        new, d = algo.decide(state, t_us / 1e6, cost, limit)
+        if d.allowed:
+            state = new
+        else:
+            assert d.retry_after is None or d.retry_after > 0, (t_us, cost, d, state)
 
 
 # -- composite limits through the Limiter ----------------------------------------------------

@@ -31,6 +31,22 @@ def test_entries_slide_out(backend: str) -> None:
 
 
 @backends
+@pytest.mark.parametrize("origin", [0.0, 1_764_547_200.0])  # a fresh clock; Unix time (Redis)
+def test_an_entry_leaves_exactly_one_period_after_it_was_logged(backend: str,
+                                                                 origin: float) -> None:
+    # 16.208 - 2.0 is 14.207999999999998 in floats: the entry at 14.208 must still be gone at
+    # 16.208, as it is for a key never seen, and a rejection never says "retry in 0 s".
+    one = Limit("sliding-window-log", "1/2s")
+    run(one, [
+        Step(origin + 14.208, 1, True, 0, 0.0, 2.0),
+        Step(origin + 16.207, 1, False, 0, 0.001),
+        Step(origin + 16.208, 1, True, 0, 0.0, 2.0),
+        Step(origin + 18.207, 1, False, 0, 0.001),
+        Step(origin + 18.208, 1, True, 0, 0.0, 2.0),
+    ], backend)
+
+
+@backends
 def test_rejections_are_not_recorded(backend: str) -> None:
     steps = [Step(t0, 1, True), Step(t0, 1, True), Step(t0, 1, True)]
     # A client hammering every 0.5 s is not locked out for longer than the window.

@@ -25,10 +25,19 @@ from typing import Any, NamedTuple
 
 from .._types import Decision, Limit
 
-__all__ = ["EPS", "NS_TOLERANCE", "Algorithm", "floor_remaining", "new_decision"]
+__all__ = ["EPS", "NS_TOLERANCE", "TIME_EPS", "Algorithm", "floor_remaining", "new_decision"]
 
 #: Whole-unit rounding guard: ``floor(x + EPS)`` so 2.9999999999999996 counts as 3.
 EPS = 1e-9
+
+#: Two instants less than this many seconds apart are the same instant, when a boundary is
+#: tested (a log entry's expiry ``ts + P``, a window's end ``(k + 1) * P``). Float subtraction
+#: of the decimal instants people write is off by a few ulps (``16.208 - 2.0`` is
+#: ``14.207999999999998``), and on the Redis server's Unix clock (``TIME``: whole
+#: microseconds) an ulp is 0.24 µs. Half a microsecond is above both and below the
+#: resolution of any clock a store reads, so it never merges two instants a clock can tell
+#: apart.
+TIME_EPS = 5e-7
 
 #: Go's x/time/rate turns a token deficit into a wait with ``time.Duration`` (nanoseconds,
 #: truncated), and admits when that wait is 0. A deficit worth less than 1 ns of refill is

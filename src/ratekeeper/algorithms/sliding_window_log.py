@@ -1,7 +1,9 @@
 """Sliding-window log: at most N (cost units) admitted in any window ``(t - P, t]``.
 
-State: a tuple of ``(timestamp, cost)`` entries of *admitted* requests, oldest first. Entries
-older than ``now - P`` are dropped on every decision. Rejected requests are never logged (the
+State: a tuple of ``(timestamp, cost)`` entries of *admitted* requests, oldest first. An entry
+at ``ts`` is live while ``ts > now - P`` and expires at ``now = ts + P`` exactly (instants
+within `TIME_EPS` of that count as that instant, so a request one period after the last one
+is admitted however the decimals round). Rejected requests are never logged (the
 chapter's pitfall: logging them would keep a hammering client locked out forever and grow
 memory without bound), so the log never holds more than N entries (costs are whole numbers
 >= 1), and requests at the same instant share one entry.
@@ -14,7 +16,7 @@ remaining entries plus ``c`` fit in N.
 from __future__ import annotations
 
 from .._types import Decision, Limit
-from ._common import EPS, Algorithm, floor_remaining, new_decision
+from ._common import EPS, TIME_EPS, Algorithm, floor_remaining, new_decision
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
 
@@ -24,7 +26,7 @@ State = tuple[tuple[float, float], ...]
 def _live(state: State | None, now: float, period: float) -> State:
     if not state:
         return ()
-    cutoff = now - period
+    cutoff = now - period + TIME_EPS  # ts + P <= now (within TIME_EPS): expired
     i = 0
     for i, (ts, _) in enumerate(state):
         if ts > cutoff:

@@ -7,7 +7,7 @@
 --       every operation O(1) or O(entries touched) rather than O(N) per decision.
 -- ARGV: p1 = N, cost per window (Limit.capacity, float; costs are whole numbers)
 --       p2 = P, the window length in seconds (Limit.period, float); p3 unused.
--- decide: entries at or before now - P are expired (dropped when the request is charged; a
+-- decide: entries at or before now - P (within TIME_EPS) are expired (dropped when the request is charged; a
 --       rejection writes nothing); allowed iff live + cost <= N, logged at `now`, or at the
 --       newest entry's timestamp when that is >= now (same instant, or a clock behind it: the
 --       list stays in time order). retry_after = when enough live cost has slid out:
@@ -20,7 +20,7 @@ ALGOS[5] = function()  -- built on first use (see _common.lua)
   -- read grow 8, 32, 128, 512, 1024...: in steady state only an entry or two at the head
   -- has expired since the last admission (which trimmed the rest), so 8 usually suffice.
   local function live_start(key, now, p)
-    local cutoff = now - p
+    local cutoff = now - p + TIME_EPS  -- ts + P <= now (within TIME_EPS): expired
     local len = redis.call('LLEN', key)
     local i = 0
     local chunk_size = 8
