@@ -64,6 +64,7 @@ __all__ = [
     "InvalidRequest",
     "Override",
     "UnknownDomain",
+    "check_text",
     "make_descriptor",
 ]
 
@@ -180,6 +181,21 @@ def check_hits(value: object, what: str) -> float:
     return f
 
 
+def check_text(s: str, what: str) -> None:
+    """Raise `InvalidRequest` if `s` is not valid Unicode text (a lone UTF-16 surrogate, which
+    a JSON escape such as ``"\\ud800"`` can produce): it could be neither encoded as a counter
+    key nor sent to a store."""
+    if s.isascii():
+        return
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidRequest(
+            f"{what} contains a lone UTF-16 surrogate ({s[e.start]!r} at character {e.start}), "
+            "which is not valid Unicode text; escape characters outside the BMP as a "
+            "surrogate pair (\\ud83d\\ude00) or send them as UTF-8") from None
+
+
 def make_descriptor(entries: Sequence[tuple[object, object]], *, hits: object = None,
                     override: Override | None = None,
                     where: str = "descriptor") -> DescriptorRequest:
@@ -202,6 +218,8 @@ def make_descriptor(entries: Sequence[tuple[object, object]], *, hits: object = 
         if len(v) > MAX_VALUE_CHARS:
             raise InvalidRequest(f"{where}.entries[{j}].value is {len(v)} characters; "
                                  f"at most {MAX_VALUE_CHARS}")
+        check_text(k, f"{where}.entries[{j}].key")
+        check_text(v, f"{where}.entries[{j}].value")
         out.append((k, v))
     h = None if hits is None else check_hits(hits, f"{where} cost")
     return DescriptorRequest(tuple(out), h, override)

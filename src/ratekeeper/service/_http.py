@@ -34,7 +34,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -49,6 +49,7 @@ from ._engine import (
     InvalidRequest,
     UnknownDomain,
     check_hits,
+    check_text,
     make_descriptor,
 )
 from ._service import Service
@@ -86,7 +87,14 @@ def _cost(obj: Mapping[str, Any], where: str) -> Any:
 def parse_check(body: bytes) -> tuple[str, list[DescriptorRequest], float]:
     """Validate a ``/v1/check`` body: ``(domain, descriptors, cost)``, or `InvalidRequest`."""
     try:
-        obj = json.loads(body, parse_constant=_no_constant)
+        # Decoded here, strictly: json.loads(bytes) would guess UTF-16/32 and let encoded
+        # surrogates through ("surrogatepass"); RFC 8259 JSON between systems is UTF-8.
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidRequest(f"the body is not valid JSON: it is not UTF-8 (byte "
+                             f"0x{body[e.start]:02x} at offset {e.start})") from None
+    try:
+        obj = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError) as e:
         raise InvalidRequest(f"the body is not valid JSON: {e}") from None
     if not isinstance(obj, dict):
@@ -98,6 +106,7 @@ def parse_check(body: bytes) -> tuple[str, list[DescriptorRequest], float]:
     domain = obj.get("domain")
     if not isinstance(domain, str) or not domain:
         raise InvalidRequest(f"domain must be a non-empty string, got {domain!r:.60}")
+    check_text(domain, "domain")
     raw_cost = _cost(obj, "request")
     cost = 1.0 if raw_cost is None else check_hits(raw_cost, "cost")
     if ("descriptors" in obj) == ("key" in obj):
@@ -106,6 +115,7 @@ def parse_check(body: bytes) -> tuple[str, list[DescriptorRequest], float]:
         key = obj["key"]
         if not isinstance(key, str) or not key:
             raise InvalidRequest(f"key must be a non-empty string, got {key!r:.60}")
+        check_text(key, "key")
         return domain, [make_descriptor([("key", key)], where="key")], cost
     raw = obj["descriptors"]
     if not isinstance(raw, list):
@@ -215,6 +225,18 @@ def create_app(service: Service) -> Starlette:
         except InvalidRequest as e:
             result = "invalid"
             return _problem(400, "Bad Request", str(e))
+        except ClientDisconnect:
+            # The client went away mid-body: nobody to answer, nothing wrong with the service.
+            result = "disconnected"
+            log.debug("client disconnected before sending the whole body",
+                      extra={"event": "client_disconnected"})
+            return Response(status_code=400)
+        except Exception:
+            # Answered here rather than by Starlette's error middleware, which re-raises to
+            # uvicorn: that logs the error a second time and closes the keep-alive connection.
+            log.exception("unhandled error in POST /v1/check", extra={"event": "http_error"})
+            return _problem(500, "Internal Server Error",
+                            "the service failed to answer; see its log")
         finally:
             stats.request("http", result, time.perf_counter() - t0)
 

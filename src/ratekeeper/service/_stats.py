@@ -30,7 +30,7 @@ class Stats(Protocol):
 
     def request(self, transport: str, result: str, seconds: float) -> None:
         """One API call (`transport`: http or grpc; `result`: ok, invalid, unknown_domain,
-        too_large, error)."""
+        too_large, disconnected, error)."""
 
     def reload(self, ok: bool, generation: int) -> None:
         """A policies (re)load finished."""
