@@ -263,12 +263,29 @@ def _share(lim: Limit, share: float) -> Limit:
     )
 
 
+def _refund_failed(decision: Decision, et: type[BaseException], exc: Exception) -> None:
+    """Log a refund that failed while a reservation's block was raising `et`.
+
+    The cost stays charged (its key expires as usual); raising here would replace the
+    caller's own exception with ours.
+    """
+    log.warning(
+        "could not refund a reservation (%r) while its block raised %s: %s",
+        decision,
+        et.__name__,
+        exc,
+        exc_info=not isinstance(exc, StoreError),  # a bug deserves its traceback
+    )
+
+
 class Reservation:
     """An admitted (or rejected) request that can be cancelled, refunding its cost.
 
     Like x/time/rate's `Reservation`: `ok` says whether it was admitted, `delay` how long to
     wait before acting. `cancel()` gives the cost back to every limit it was charged to (once;
-    further calls do nothing). Used as a context manager, it cancels when the block raises.
+    further calls do nothing). Used as a context manager, it cancels when the block raises;
+    if that refund fails (the store is down), the failure is logged and the block's own
+    exception propagates unchanged.
     """
 
     __slots__ = ("_checks", "_done", "_limiter", "_store", "at", "decision")
@@ -307,9 +324,12 @@ class Reservation:
     def __enter__(self) -> Reservation:
         return self
 
-    def __exit__(self, et: object, ev: object, tb: object) -> None:
+    def __exit__(self, et: type[BaseException] | None, ev: object, tb: object) -> None:
         if et is not None:
-            self.cancel()
+            try:
+                self.cancel()
+            except Exception as e:  # the caller's exception is the one to propagate
+                _refund_failed(self.decision, et, e)
 
     def __repr__(self) -> str:
         return f"Reservation({self.decision!r}, cancelled={self._done and self.ok})"
@@ -353,9 +373,12 @@ class AsyncReservation:
     async def __aenter__(self) -> AsyncReservation:
         return self
 
-    async def __aexit__(self, et: object, ev: object, tb: object) -> None:
+    async def __aexit__(self, et: type[BaseException] | None, ev: object, tb: object) -> None:
         if et is not None:
-            await self.cancel()
+            try:
+                await self.cancel()
+            except Exception as e:  # the caller's exception is the one to propagate
+                _refund_failed(self.decision, et, e)
 
 
 class Limiter(_LimiterCore):
