@@ -23,6 +23,8 @@ from ratekeeper.service import (
     make_descriptor,
 )
 from ratekeeper.service._config import Policies, parse_policies_text
+from ratekeeper.service._engine import OVERRIDE_CACHE_SIZE
+from ratekeeper.service._stats import PrometheusStats
 from ratekeeper.stores._base import Check
 from ratekeeper.stores.memory import MemoryStore
 from ratekeeper.testing import ManualClock
@@ -220,7 +222,7 @@ async def test_overrides_and_their_switch() -> None:
     o = make_descriptor([("user", "u")], override=Override(1, "hour"))
     r = await e.check("d", [o])
     assert r.statuses[0].rule is not None
-    assert r.statuses[0].rule.name == "override:user:1/hour"
+    assert r.statuses[0].rule.name == "{override}"
     assert not (await e.check("d", [o])).allowed
     e, _ = engine(policies("allow_overrides = false"))
     r = await e.check("d", [o])
@@ -307,3 +309,46 @@ async def test_the_shared_budget_timeline_of_the_docs() -> None:
     clock.set(5.0)
     ok, remaining, retry = budget(await e.check("api", [export]))
     assert not ok and remaining == 49 and retry == pytest.approx(0.1)
+
+
+def decision_series(stats: PrometheusStats) -> list[dict[str, str]]:
+    return [s.labels for m in stats.registry.collect() if m.name == "ratekeeper_decisions"
+            for s in m.samples if s.name == "ratekeeper_decisions_total"]
+
+
+async def test_distinct_overrides_leave_metric_series_and_caches_bounded() -> None:
+    stats = PrometheusStats()
+    store = MemoryStore()
+    snap = policies()
+    e = Engine(lambda: snap, store, clock=ManualClock(), stats=stats)
+    n = 3 * OVERRIDE_CACHE_SIZE
+    names = set()
+    for i in range(n):  # every request a new rate, a new key name and a new value
+        d = make_descriptor([(f"k{i}", f"v{i}")], override=Override(i + 1, "second"))
+        r = await e.check("d", [d])
+        assert r.allowed and r.decision is not None and r.decision.limit is not None
+        names.add(r.decision.limit.name)
+    assert names == {"d.override/second"}  # one limit (one key table) per domain and unit
+    assert len(store._tables) == 1
+    assert len(e._overrides) <= OVERRIDE_CACHE_SIZE
+    series = decision_series(stats)
+    assert series == [{"domain": "d", "rule": "{override}", "policy": "d.override/second",
+                       "outcome": "allowed"}]
+    body, _ = stats.render()
+    assert b"k1" not in body and b"/second" in body
+
+
+async def test_an_override_counts_per_descriptor_and_unit_as_envoy_ratelimit() -> None:
+    e, clock = engine()
+
+    def o(user: str, n: int, unit: str = "minute") -> Any:
+        return make_descriptor([("user", user)], override=Override(n, unit))
+
+    # t=0: 2 per minute for u; another user, and another unit, count on their own.
+    assert [(await e.check("d", [o("u", 2)])).allowed for _ in range(3)] == [True, True, False]
+    assert (await e.check("d", [o("v", 2)])).allowed
+    assert (await e.check("d", [o("u", 2, "hour")])).allowed
+    # The same descriptor with a larger override reads the same counter (2 used of 3).
+    assert [(await e.check("d", [o("u", 3)])).allowed for _ in range(2)] == [True, False]
+    clock.set(60)  # t=60: the next minute
+    assert (await e.check("d", [o("u", 2)])).allowed

@@ -139,7 +139,7 @@ def test_limit_override_from_envoy(call: Call, uid: str) -> None:
     lim = codes[0].statuses[0].current_limit
     assert lim is not None and lim.requests_per_unit == 2
     assert lim.unit == RateLimitResponseRateLimitUnit.HOUR
-    assert lim.name == "t.override:generic_key:2/hour"
+    assert lim.name == "t.override/hour"
     zero = descriptor(("generic_key", uid + "z"), override=(0, RateLimitUnit.SECOND))
     resp = call(RateLimitRequest(domain="t", descriptors=[zero]))
     assert resp.overall_code == OVER

@@ -32,6 +32,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -48,8 +49,6 @@ from ._config import (
     Policies,
     PolicyLimit,
     Rule,
-    _name_part,
-    _name_problem,
     counter_key,
 )
 from ._stats import NullStats, Stats
@@ -75,6 +74,12 @@ MAX_DESCRIPTORS = 64
 MAX_ENTRIES = 32
 MAX_KEY_CHARS = 256
 MAX_VALUE_CHARS = 1024
+#: Envoy `limit` overrides remembered (least recently used go first): one rule and limit per
+#: distinct (domain, requests_per_unit, unit), so that any number of distinct overrides keeps
+#: memory bounded, as `--max-keys` bounds the key tables.
+OVERRIDE_CACHE_SIZE = 1024
+#: The name of every override's rule (and its `rule` metric label).
+OVERRIDE_RULE = "{override}"
 
 #: Seconds per unit of Envoy's RateLimitUnit / RateLimitResponse.RateLimit.Unit (month and
 #: year as envoyproxy/ratelimit counts them: 30 and 365 days).
@@ -253,7 +258,7 @@ class Engine:
         self.fallback_max_keys = fallback_max_keys
         self._fallback: MemoryStore | None = None
         self._failing = False
-        self._overrides: dict[tuple[str, tuple[str, ...], int, str], Rule] = {}
+        self._overrides: OrderedDict[tuple[str, int, str], Rule] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"Engine(store={self.store!r}, policies={self._policies().summary()})"
@@ -409,27 +414,31 @@ class Engine:
         return [Decision(True, lim.quota, 0.0, 0.0, 0.0, lim, True) for lim, _, _ in checks]
 
     def _override_rule(self, domain: str, d: DescriptorRequest) -> Rule:
+        """The rule for an Envoy `limit` override: a fixed window of `requests_per_unit`.
+
+        As envoyproxy/ratelimit, the counter is the descriptor's entries within the unit's
+        window, whatever the override's size: every override of a domain and unit is one limit
+        (``api.override/second``) and one key table. The metrics' `rule` label is the fixed
+        ``{override}`` (braces: no policies rule can be named so), so that no label value
+        comes from a request.
+        """
         o = d.override
         assert o is not None
-        keys = tuple(k for k, _ in d.entries)
-        spec = (domain, keys, o.requests_per_unit, o.unit)
-        rule = self._overrides.get(spec)
+        spec = (domain, o.requests_per_unit, o.unit)
+        cache = self._overrides
+        rule = cache.get(spec)
         if rule is not None:
+            cache.move_to_end(spec)
             return rule
-        name = f"override:{'.'.join(_name_part(k) for k in keys)}:{o.requests_per_unit}/{o.unit}"
-        if _name_problem(f"{domain}.{name}"):
-            import hashlib  # noqa: PLC0415
-
-            digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-            name = f"override:{digest}:{o.requests_per_unit}/{o.unit}"
         limits: tuple[PolicyLimit, ...] = ()
         if o.requests_per_unit > 0:
             rate = Rate(o.requests_per_unit, float(UNIT_SECONDS[o.unit]))
-            limits = (PolicyLimit(Limit("fixed-window", rate, name=f"{domain}.{name}")),)
-        rule = Rule(domain, name, tuple((k, None) for k in keys), limits)
-        if len(self._overrides) >= 10_000:  # bounded: overrides come from Envoy's config
-            self._overrides.clear()
-        self._overrides[spec] = rule
+            limits = (PolicyLimit(Limit("fixed-window", rate,
+                                        name=f"{domain}.override/{o.unit}")),)
+        rule = Rule(domain, OVERRIDE_RULE, (), limits)
+        cache[spec] = rule
+        if len(cache) > OVERRIDE_CACHE_SIZE:
+            cache.popitem(last=False)
         return rule
 
     async def probe(self, timeout: float = 2.0) -> str | None:

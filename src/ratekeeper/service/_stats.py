@@ -125,6 +125,7 @@ class PrometheusStats:
         if child is None:
             if len(self._children) > 100_000:  # bounded by the policies; a safety net
                 self._children.clear()
+                self._decisions.clear()  # the series themselves, not only our handles
             child = self._children[key] = self._decisions.labels(*key)
         child.inc()
 
