@@ -288,3 +288,14 @@ def test_health_readiness_and_metrics(client: httpx.Client, uid: str) -> None:
         if line.startswith("ratekeeper_decisions_total{"):
             labels = line[line.index("{") + 1:line.index("}")]
             assert json.dumps(uid) not in labels
+
+
+def test_a_rejected_leaky_bucket_decision_has_the_library_delay_of_zero(
+        client: httpx.Client, uid: str) -> None:
+    # domains.other: leaky bucket 1r/m, burst 1, nodelay: two admitted, the third rejected.
+    outs = [check(client, {"domain": "other", "descriptors": [{"a": uid}]}) for _ in range(3)]
+    assert [o["allowed"] for o in outs] == [True, True, False]
+    rejected = outs[-1]
+    assert rejected["decision"]["delay"] == 0.0  # Decision.delay: 0.0 unless admitted late
+    assert rejected["statuses"][0]["decision"]["delay"] == 0.0
+    assert [o["decision"]["delay"] for o in outs[:2]] == [0.0, 0.0]
