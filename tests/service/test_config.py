@@ -203,3 +203,31 @@ def test_describe_round_trips_the_tree(matching: Policies) -> None:
             "counter": "per descriptor"}]}]}
     assert d[5]["descriptors"][0] == {"key": "method", "value": "GET",
                                       "rule": "path.method=GET", "unlimited": True}
+
+
+def test_a_broken_named_limit_is_reported_once_not_again_where_rules_list_it() -> None:
+    text = """
+[domains.api.limits.per-user]
+algorithm = "gcar"
+rate = "1/s"
+
+[domains.api.limits.per-ip]
+rate = "lots"
+
+[[domains.api.descriptors]]
+key = "user"
+limits = ["per-user", "per-ip"]
+
+[[domains.api.descriptors]]
+key = "ip"
+limits = ["per-user", { rate = "5/s" }, "per-typo"]
+"""
+    with pytest.raises(PolicyError) as info:
+        parse_policies_text(text)
+    assert [i.location for i in info.value.issues] == [
+        "domains.api.limits.per-user.algorithm",
+        "domains.api.limits.per-ip.rate",
+        "domains.api.descriptors[1].limits[2]",  # a name never defined: still an error
+    ]
+    typo = info.value.issues[-1].message
+    assert "no limit named 'per-typo'" in typo and "per-user" in typo

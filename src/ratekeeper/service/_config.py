@@ -542,11 +542,13 @@ class _Builder:
             for lname, lraw in named_tbl.items():
                 lloc = f"{loc}.limits.{_key_path(lname)}"
                 ltbl = self._table(lloc, lraw)
-                if ltbl is None:
-                    continue
-                self._unknown(lloc, ltbl, _LIMIT_KEYS)
-                pl = self._limit(lloc, ltbl, f"{name}.{lname}", ctx)
-                if pl is not None:
+                pl = None
+                if ltbl is not None:
+                    self._unknown(lloc, ltbl, _LIMIT_KEYS)
+                    pl = self._limit(lloc, ltbl, f"{name}.{lname}", ctx)
+                if pl is None:
+                    ctx.broken.add(lname)  # reported here; rules listing it say nothing more
+                else:
                     ctx.named[lname] = pl
         descriptors = tbl.get("descriptors")
         if descriptors is None:
@@ -710,9 +712,12 @@ class _Builder:
             iloc = f"{loc}[{i}]"
             if isinstance(item, str):
                 pl = ctx.named.get(item)
+                if pl is None and item in ctx.broken:
+                    continue
                 if pl is None:
-                    known = ", ".join(ctx.named) or "none defined"
-                    hint = _closest(item, list(ctx.named))
+                    names = [*ctx.named, *sorted(ctx.broken)]
+                    known = ", ".join(names) or "none defined"
+                    hint = _closest(item, names)
                     self.err(iloc, f"no limit named {item!r} in [domains.{ctx.name}.limits]"
                                    + (f" (did you mean {hint!r}?)" if hint else "")
                                    + f"; known: {known}")
@@ -830,6 +835,7 @@ class _DomainCtx:
     name: str
     settings: Settings
     named: dict[str, PolicyLimit] = field(default_factory=dict)
+    broken: set[str] = field(default_factory=set)  # named limits with reported errors
     rules: list[Rule] = field(default_factory=list)
     rule_names: dict[str, str] = field(default_factory=dict)
     states: dict[str, tuple[PolicyLimit, str]] = field(default_factory=dict)
