@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,10 +34,12 @@ class ServiceError(RuntimeError):
 class ServiceProcess:
     """One ``ratekeeper serve`` process. Use as a context manager or call start()/stop()."""
 
-    def __init__(self, config: Path | None, log_path: Path, *args: str) -> None:
+    def __init__(self, config: Path | None, log_path: Path, *args: str,
+                 log_format: str = "json") -> None:
         cfg = ["--config", str(config)] if config is not None else []
         self.argv = [*CLI, "serve", *cfg, "--host", "127.0.0.1", "--http-port", "0",
-                     "--grpc-port", "0", "--log-format", "json", "--grace", "2", *args]
+                     "--grpc-port", "0", "--log-format", log_format, "--grace", "2", *args]
+        self.log_format = log_format
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self.http_port = 0
@@ -60,10 +63,37 @@ class ServiceProcess:
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env)
+        if self.log_format == "text":
+            line = self.wait_for_line("listening: ", timeout)
+            m = re.search(r"http://127\.0\.0\.1:(\d+), grpc 127\.0\.0\.1:(\d+)", line)
+            assert m is not None, line
+            self.http_port, self.grpc_port = int(m[1]), int(m[2])
+            return self
         rec = self.wait_for(lambda r: r.get("event") == "listening", timeout)
         self.http_port = int(rec["http_port"])
         self.grpc_port = int(rec["grpc_port"])
         return self
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def wait_for_line(self, needle: str, timeout: float = 10.0, after: int = 0) -> str:
+        """The first log line (from character `after`) containing `needle` (any log format)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.log_text()[after:].splitlines():
+                if needle in line:
+                    return line
+            if self.proc is not None and self.proc.poll() is not None:
+                raise ServiceError(f"service exited with {self.proc.returncode}:\n"
+                                   f"{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise ServiceError(f"no log line with {needle!r} within {timeout}s:\n"
+                                   f"{self.log_tail()}")
+            time.sleep(0.02)
 
     def records(self) -> list[dict[str, Any]]:
         """Every JSON log record so far (other lines are skipped)."""

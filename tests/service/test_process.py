@@ -145,3 +145,19 @@ def test_check_config_command(tmp_path: Path) -> None:
     path.write_text(V2)
     out = run_cli(["check-config", str(path)])
     assert out.returncode == 0 and out.stdout == f"{path}: OK (1 domain, 1 rules, 1 limits)\n"
+
+
+def test_a_rejected_reload_logs_every_error_in_text_format(tmp_path: Path) -> None:
+    path = tmp_path / "policies.toml"
+    path.write_text(V1)
+    with ServiceProcess(path, tmp_path / "log", log_format="text") as svc:
+        rewrite(path, BROKEN)
+        n = len(svc.log_text())
+        svc.send(signal.SIGHUP)
+        svc.wait_for_line("NOT reloaded", after=n)
+        svc.wait_for_line("has no limits", after=n)  # the last error of the two
+        text = svc.log_text()[n:]
+    assert "ERROR ratekeeper.service: policies NOT reloaded: 2 error(s)" in text
+    assert ("domains.r.descriptors[0].limits[0].algorithm: unknown algorithm 'fixed_window'"
+            in text)
+    assert "domains.r.descriptors[1] (ip): has no limits" in text

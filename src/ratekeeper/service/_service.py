@@ -69,9 +69,11 @@ class PolicyHolder:
             self._signature = signature
             self.last_error = str(e)
             self.stats.reload(False, old.generation)
+            # The errors in the message too: a text log shows no structured fields.
             log.error(
-                "policies NOT reloaded: %d error(s) in %s; generation %d stays live",
+                "policies NOT reloaded: %d error(s) in %s; generation %d stays live:%s",
                 len(e.issues), self.path, old.generation,
+                "".join(f"\n  {i}" for i in e.issues),
                 extra={"event": "reload_failed", "path": str(self.path),
                        "errors": [str(i) for i in e.issues], "generation": old.generation},
             )
