@@ -260,7 +260,7 @@ async def test_dry_run_per_route(clock: ManualClock) -> None:
 
 
 @pytest.mark.parametrize(
-    ("failure", "status"), [("open", 200), ("local", 200), ("closed", 429), ("raise", 200)]
+    ("failure", "status"), [("open", 200), ("local", 200), ("closed", 429)]
 )
 async def test_store_failure_is_visible_never_500(
     clock: ManualClock, failure: Any, status: int, caplog: pytest.LogCaptureFixture
@@ -269,10 +269,17 @@ async def test_store_failure_is_visible_never_500(
     async with client(app) as c:
         r = await c.get("/")
     assert r.status_code == status
-    assert r.headers["X-RateLimit-Degraded"] == ("open" if failure == "raise" else failure)
+    assert r.headers["X-RateLimit-Degraded"] == failure
     assert "RateLimit" in r.headers
     assert app.stats["degraded"] == 1
     assert "store" in caplog.text or "failed" in caplog.text
+
+
+def test_asgi_middleware_and_fastapi_dependency_refuse_failure_raise(clock: ManualClock) -> None:
+    with pytest.raises(ValueError, match=r"failure='raise'.*'open'"):
+        limited(PER_KEY, clock, store=DownStore(), failure="raise")
+    with pytest.raises(ValueError, match=r"failure='raise'.*'open'"):
+        RateLimit(PER_KEY, failure="raise")  # type: ignore[arg-type]
 
 
 async def test_degraded_header_can_be_turned_off(clock: ManualClock) -> None:

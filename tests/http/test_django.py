@@ -97,9 +97,15 @@ def test_django_queueing(configure: Any, sleeps: Sleeps) -> None:
 
 
 def test_django_store_failure(configure: Any) -> None:
-    c = configure(policy=PER_KEY, store=DownStore(), failure="raise")
+    c = configure(policy=PER_KEY, store=DownStore(), failure="closed")
     r = c.get("/")
-    assert r.status_code == 200 and r["X-RateLimit-Degraded"] == "open"
+    assert r.status_code == 429 and r["X-RateLimit-Degraded"] == "closed"
+
+
+def test_django_refuses_failure_raise(configure: Any) -> None:
+    c = configure(policy=PER_KEY, store=DownStore(), failure="raise")
+    with pytest.raises(ImproperlyConfigured, match=r"settings.RATEKEEPER: failure='raise'"):
+        c.get("/")
 
 
 def test_django_key_by_user() -> None:

@@ -226,3 +226,27 @@ def test_a_fixed_cost_above_a_limits_capacity_is_a_configuration_error() -> None
         HTTPPolicy(limits=[small], cost=3)
     assert Route("/export", [small], cost=2).cost == 2  # at capacity is fine
     assert Route("/export", [small], cost=lambda info: 5).limits == (small,)  # checked per call
+
+
+def test_a_route_without_a_cost_charges_the_policys_cost() -> None:
+    heavy = Limit("fixed-window", "20/minute", name="heavy")
+    e = engine(HTTPPolicy(limits=DEFAULT, cost=5, routes=[
+        Route("/r", heavy),                # inherits the policy's cost
+        Route("/cheap", heavy, cost=1),    # says its own
+    ]))
+    assert [e.plan(req(path)).cost for path in ("/r", "/cheap", "/other")] == [  # type: ignore[union-attr]
+        5.0, 1.0, 5.0]
+
+
+def test_an_inherited_cost_above_a_routes_capacity_is_a_configuration_error() -> None:
+    small = Limit("fixed-window", "2/minute", name="small")
+    with pytest.raises(ValueError, match=r"cost 5 exceeds the capacity of limit 'small'"):
+        HTTPPolicy(limits=DEFAULT, cost=5, routes=[Route("/r", small)])
+
+
+def test_failure_raise_is_refused_by_the_http_layer_with_what_to_use_instead() -> None:
+    # A middleware must answer every request: "raise" used to be turned into "open" silently.
+    with pytest.raises(ValueError, match=r"failure='raise'.*'open'.*'closed'.*'local'"):
+        _Engine(HTTPPolicy(limits=DEFAULT), Limiter, "raise")
+    with pytest.raises(ValueError, match=r"failure='sometimes'"):
+        _Engine(HTTPPolicy(limits=DEFAULT), Limiter, "sometimes")

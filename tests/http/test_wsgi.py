@@ -129,12 +129,17 @@ def test_flask_dry_run(clock: ManualClock) -> None:
     assert mw.stats["shadow-rejected"] == 2
 
 
-@pytest.mark.parametrize(("failure", "status"), [("open", 200), ("closed", 429), ("raise", 200)])
+@pytest.mark.parametrize(("failure", "status"), [("open", 200), ("closed", 429), ("local", 200)])
 def test_flask_store_failure_visible(clock: ManualClock, failure: Any, status: int) -> None:
     app, _ = flask_app(PER_KEY, clock, store=DownStore(), failure=failure)
     r = app.test_client().get("/")
     assert r.status_code == status
-    assert r.headers["X-RateLimit-Degraded"] == ("open" if failure == "raise" else failure)
+    assert r.headers["X-RateLimit-Degraded"] == failure
+
+
+def test_wsgi_middleware_refuses_failure_raise(clock: ManualClock) -> None:
+    with pytest.raises(ValueError, match=r"failure='raise'"):
+        flask_app(PER_KEY, clock, store=DownStore(), failure="raise")
 
 
 def test_plain_wsgi_app_and_exc_info(clock: ManualClock) -> None:

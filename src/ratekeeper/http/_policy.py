@@ -7,8 +7,8 @@ Theory of operation (no I/O here; the adapters in asgi.py, wsgi.py and django.py
    pattern and methods match (or the policy's default limits), works out the key and the
    cost, and returns a `Plan` naming the limiter to ask.
 2. The adapter calls the limiter once (``hit``, or ``reserve`` when the route can queue and
-   a maximum delay may force a refund) -- or records a store failure with
-   `_Engine.store_failed`.
+   a maximum delay may force a refund). A store failure never reaches the adapter: the
+   limiter's failure policy (open, closed or local; never "raise" here) answers instead.
 3. `_Engine.outcome(plan, decision)` turns that single decision into what to do: pass
    (with the RateLimit fields to add to the response), wait `delay` seconds first (nginx
    queueing), or reject with the configured status, headers and problem+json body. Dry run
@@ -34,7 +34,19 @@ from .headers import (
     rejection_headers,
 )
 
-__all__ = ["HTTPPolicy", "Outcome", "Plan", "Route", "compile_path"]
+__all__ = [
+    "HTTP_FAILURE_POLICIES",
+    "HTTPFailurePolicy",
+    "HTTPPolicy",
+    "Outcome",
+    "Plan",
+    "Route",
+    "compile_path",
+]
+
+#: The limiter failure policies a middleware can apply (``"raise"`` cannot answer a request).
+HTTPFailurePolicy = Literal["open", "closed", "local"]
+HTTP_FAILURE_POLICIES: tuple[HTTPFailurePolicy, ...] = ("open", "closed", "local")
 
 log = logging.getLogger("ratekeeper.http")
 
@@ -111,7 +123,7 @@ class Route:
       same name share state across routes.
     - `methods`: e.g. ``("POST", "PUT")``; ``None`` (default) matches every method.
     - `cost`: units charged per request, or a function of the `RequestInfo` ("charge more for
-      expensive operations").
+      expensive operations"); ``None`` (default): the policy's `cost`.
     - `key`: a key function for this route only (default: the policy's).
     - `exempt`: matching requests are not limited at all.
     - `dry_run`: ``None`` follows the policy; ``True`` shadows just this route's limits.
@@ -120,7 +132,7 @@ class Route:
     pattern: PathPattern
     limits: Limit | Sequence[Limit] = ()
     methods: Collection[str] | None = None
-    cost: Cost = 1
+    cost: Cost | None = None
     key: KeyFunc | None = None
     exempt: bool = False
     dry_run: bool | None = None
@@ -138,7 +150,8 @@ class Route:
             if isinstance(self.methods, str):
                 raise TypeError(f"{where}: methods must be a collection, got {self.methods!r}")
             set_(self, "methods", frozenset(m.upper() for m in self.methods))
-        _check_cost(self.cost, where, lims)
+        if self.cost is not None:
+            _check_cost(self.cost, where, lims)
 
     def matches(self, method: str, path: str) -> bool:
         if self.methods is not None and method not in self.methods:
@@ -155,7 +168,8 @@ class HTTPPolicy:
     - `client_ip`: a `ClientIP` (trusted proxies, IPv6 prefix); the fallback key.
     - `key`: the key function (``APIKey(...)``, ``User(...)``, any function of a
       `RequestInfo`); ``None`` or a ``None`` result means the client-IP key.
-    - `cost`: the default cost per request.
+    - `cost`: the cost per request, for the default limits and every route that does not
+      give its own.
     - `exempt_paths`: path patterns never limited (health checks, metrics).
     - `exempt_keys`: keys never limited (e.g. ``APIKey.key_for(secret)``, ``"ip:10.0.0.5"``).
     - `exempt_networks`: CIDRs of clients never limited (checked after proxy processing).
@@ -214,6 +228,10 @@ class HTTPPolicy:
         if not isinstance(self.client_ip, ClientIP):
             raise TypeError(f"client_ip must be a ClientIP, got {self.client_ip!r}")
         _check_cost(self.cost, "HTTPPolicy", _limits(self.limits, "HTTPPolicy.limits"))
+        for r in routes:
+            if r.cost is None:  # the route charges the policy's cost: it must fit there too
+                _check_cost(self.cost, f"HTTPPolicy cost for Route({r.pattern!r})",
+                            _limits(r.limits, "route"))
         if isinstance(self.exempt_paths, str) or isinstance(self.exempt_networks, str):
             raise TypeError("exempt_paths and exempt_networks must be lists, not one string")
         set_(self, "_exempt_paths", tuple(compile_path(p) for p in self.exempt_paths))
@@ -284,8 +302,14 @@ class _Engine(Generic[L]):
         failure: str,
     ) -> None:
         self.policy = policy
-        # What the degraded header says decided: "raise" is turned into "open" here.
-        self.failure = "open" if failure == "raise" else failure
+        if failure not in HTTP_FAILURE_POLICIES:
+            raise ValueError(
+                f"failure={failure!r}: the HTTP middleware must answer every request, so it "
+                "takes 'open' (admit), 'closed' (reject) or 'local' (decide on an in-process "
+                "share of each limit); store errors are logged, counted in stats['degraded'] "
+                "and named by the policy's degraded_header"
+            )
+        self.failure = failure  # what the degraded header says decided
         sets: list[tuple[Limit, ...]] = []
         self._route_index: list[int] = []
         for r in policy.routes:
@@ -301,7 +325,7 @@ class _Engine(Generic[L]):
         self.limiters: list[L] = [make_limiter(s) for s in sets]
         self.stats: dict[str, int] = dict.fromkeys(
             ("exempt", "allowed", "delayed", "rejected", "shadow-rejected", "shadow-delayed",
-             "degraded", "store-errors"),
+             "degraded"),
             0,
         )
 
@@ -338,7 +362,7 @@ class _Engine(Generic[L]):
         if key in p.exempt_keys:
             self.stats["exempt"] += 1
             return None
-        cost_of = route.cost if route is not None else p.cost
+        cost_of = route.cost if route is not None and route.cost is not None else p.cost
         cost = float(cost_of(req) if callable(cost_of) else cost_of)
         dry = p.dry_run if route is None or route.dry_run is None else route.dry_run
         limits = self.limit_sets[index]
@@ -346,22 +370,7 @@ class _Engine(Generic[L]):
         reserve = queues and p.max_delay is not None and not dry
         return Plan(index, key, cost, dry, reserve, req, limits)
 
-    # -- 2. store failures --------------------------------------------------------------
-
-    def store_failed(self, plan: Plan, exc: BaseException) -> Decision:
-        """The limiter raised (``failure="raise"``): admit, visibly, rather than fail."""
-        self.stats["store-errors"] += 1
-        n = self.stats["store-errors"]
-        if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: visible without flooding the log
-            log.error(
-                "rate limit check for %s %s failed (%s: %s); admitting the request "
-                "(%d store errors so far)",
-                plan.request.method, plan.request.path, type(exc).__name__, exc, n,
-            )
-        lim = plan.limits[0]
-        return Decision(True, lim.quota, 0.0, 0.0, 0.0, lim, True)
-
-    # -- 3. outcome ---------------------------------------------------------------------
+    # -- 2. outcome ---------------------------------------------------------------------
 
     def outcome(self, plan: Plan, d: Decision) -> Outcome:
         p = self.policy

@@ -33,10 +33,10 @@ from typing import Any
 
 from .._errors import StoreError
 from .._types import Decision, Limit
-from ..limiter import AsyncLimiter, AsyncReservation, FailurePolicy
+from ..limiter import AsyncLimiter, AsyncReservation
 from ..stores import AsyncStore, MemoryStore
 from ._client import RequestInfo
-from ._policy import HTTPPolicy, Outcome, Plan, _Engine
+from ._policy import HTTPFailurePolicy, HTTPPolicy, Outcome, Plan, _Engine
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -66,7 +66,7 @@ class _AsyncAdapter:
         store: AsyncStore | None,
         clock: Callable[[], float] | None,
         sleep: Callable[[float], Awaitable[None]] | None,
-        failure: FailurePolicy,
+        failure: HTTPFailurePolicy,
         fallback_share: float,
     ) -> None:
         self.policy = HTTPPolicy.of(policy)
@@ -81,21 +81,18 @@ class _AsyncAdapter:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Counters: exempt, allowed, delayed, rejected, shadow-*, degraded, store-errors."""
+        """Counters: exempt, allowed, delayed, rejected, shadow-*, degraded."""
         return self.engine.stats
 
     async def _decide(self, plan: Plan) -> tuple[Outcome, AsyncReservation | None]:
         limiter = self.engine.limiters[plan.index]
         reservation = None
         d: Decision
-        try:
-            if plan.reserve:
-                reservation = await limiter.reserve(plan.key, plan.cost)
-                d = reservation.decision
-            else:
-                d = await limiter.hit(plan.key, plan.cost)
-        except StoreError as e:
-            d = self.engine.store_failed(plan, e)
+        if plan.reserve:
+            reservation = await limiter.reserve(plan.key, plan.cost)
+            d = reservation.decision
+        else:
+            d = await limiter.hit(plan.key, plan.cost)
         return self.engine.outcome(plan, d), reservation
 
     async def _settle(self, out: Outcome, reservation: AsyncReservation | None) -> None:
@@ -117,9 +114,10 @@ class RateLimitMiddleware(_AsyncAdapter):
     - `store`: any `AsyncStore` (default: a new in-process `MemoryStore`; use the Redis store
       to share limits between workers).
     - `clock` / `sleep`: injected time (tests pass a `ManualClock` and a recording sleep).
-    - `failure`, `fallback_share`: the limiter's store failure policy. Degraded decisions are
-      marked with the policy's `degraded_header`; with ``failure="raise"`` a store error is
-      logged and the request admitted (never a 500).
+    - `failure`, `fallback_share`: the limiter's store failure policy: ``"open"`` (admit),
+      ``"closed"`` (reject) or ``"local"`` (an in-process share); never a 500. Degraded
+      decisions are marked with the policy's `degraded_header` and counted in `stats`.
+      ``"raise"`` is refused: a middleware must answer every request.
     """
 
     def __init__(
@@ -130,7 +128,7 @@ class RateLimitMiddleware(_AsyncAdapter):
         store: AsyncStore | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
-        failure: FailurePolicy = "open",
+        failure: HTTPFailurePolicy = "open",
         fallback_share: float = 1.0,
     ) -> None:
         self.app = app

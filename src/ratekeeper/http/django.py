@@ -82,14 +82,17 @@ class RateLimitMiddleware(_SyncAdapter):
                 f"known keys: {sorted(_KNOWN)}"
             )
         self.get_response = get_response
-        super().__init__(
-            _resolve(conf["policy"]),
-            store=_resolve(conf.get("store")),
-            clock=_resolve(conf.get("clock")),
-            sleep=_resolve(conf.get("sleep")),
-            failure=conf.get("failure", "open"),
-            fallback_share=conf.get("fallback_share", 1.0),
-        )
+        try:
+            super().__init__(
+                _resolve(conf["policy"]),
+                store=_resolve(conf.get("store")),
+                clock=_resolve(conf.get("clock")),
+                sleep=_resolve(conf.get("sleep")),
+                failure=conf.get("failure", "open"),
+                fallback_share=conf.get("fallback_share", 1.0),
+            )
+        except ValueError as e:  # Django's word for a bad setting
+            raise ImproperlyConfigured(f"settings.RATEKEEPER: {e}") from e
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         info = RequestInfo.from_wsgi(request.META)

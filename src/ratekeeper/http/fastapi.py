@@ -41,10 +41,9 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess
     ) from e
 
 from .._types import Decision, Limit
-from ..limiter import FailurePolicy
 from ..stores import AsyncStore
 from ._client import RequestInfo
-from ._policy import HTTPPolicy, Outcome
+from ._policy import HTTPFailurePolicy, HTTPPolicy, Outcome
 from .asgi import SCOPE_KEY, _AsyncAdapter
 from .headers import PROBLEM_CONTENT_TYPE
 
@@ -91,7 +90,7 @@ class RateLimit(_AsyncAdapter):
         store: AsyncStore | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
-        failure: FailurePolicy = "open",
+        failure: HTTPFailurePolicy = "open",
         fallback_share: float = 1.0,
     ) -> None:
         super().__init__(policy, store=store, clock=clock, sleep=sleep, failure=failure,

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 from .._errors import StoreError
 from .._types import Decision, Limit
-from ..limiter import FailurePolicy, Limiter, Reservation
+from ..limiter import Limiter, Reservation
 from ..stores import MemoryStore, Store
 from ._client import RequestInfo
-from ._policy import HTTPPolicy, Outcome, Plan, _Engine, status_line
+from ._policy import HTTPFailurePolicy, HTTPPolicy, Outcome, Plan, _Engine, status_line
 
 if TYPE_CHECKING:
     from _typeshed import OptExcInfo
@@ -49,7 +49,7 @@ class _SyncAdapter:
         store: Store | None,
         clock: Callable[[], float] | None,
         sleep: Callable[[float], None] | None,
-        failure: FailurePolicy,
+        failure: HTTPFailurePolicy,
         fallback_share: float,
     ) -> None:
         self.policy = HTTPPolicy.of(policy)
@@ -64,7 +64,7 @@ class _SyncAdapter:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Counters: exempt, allowed, delayed, rejected, shadow-*, degraded, store-errors."""
+        """Counters: exempt, allowed, delayed, rejected, shadow-*, degraded."""
         return self.engine.stats
 
     def _decide(self, plan: Plan) -> Outcome:
@@ -72,14 +72,11 @@ class _SyncAdapter:
         limiter = self.engine.limiters[plan.index]
         reservation: Reservation | None = None
         d: Decision
-        try:
-            if plan.reserve:
-                reservation = limiter.reserve(plan.key, plan.cost)
-                d = reservation.decision
-            else:
-                d = limiter.hit(plan.key, plan.cost)
-        except StoreError as e:
-            d = self.engine.store_failed(plan, e)
+        if plan.reserve:
+            reservation = limiter.reserve(plan.key, plan.cost)
+            d = reservation.decision
+        else:
+            d = limiter.hit(plan.key, plan.cost)
         out = self.engine.outcome(plan, d)
         if out.action == "reject":
             if out.refund and reservation is not None:
@@ -107,7 +104,7 @@ class WSGIRateLimitMiddleware(_SyncAdapter):
         store: Store | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], None] | None = None,
-        failure: FailurePolicy = "open",
+        failure: HTTPFailurePolicy = "open",
         fallback_share: float = 1.0,
     ) -> None:
         self.app = app
