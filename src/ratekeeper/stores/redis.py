@@ -111,6 +111,55 @@ _asyncio_timeout: Any = getattr(asyncio, "timeout", None)
 _SyncSentinel: Any = redis.sentinel.Sentinel
 _AsyncSentinel: Any = redis.asyncio.sentinel.Sentinel
 
+class ClusterDownReply(rex.ResponseError):
+    """``-CLUSTERDOWN`` / ``-MASTERDOWN`` from a node of the store's own cluster client.
+
+    redis-py's cluster client sleeps 0.25 s on a `ClusterDownError` and then retries, so
+    during a failover a call on a *healthy* primary's slot took 0.51 s although the node
+    had answered in a millisecond. Re-raised under this class it is neither slept on nor
+    retried: the call fails at once as unavailable, and the breaker and the failure
+    policy decide.
+    """
+
+
+def _fail_fast_read(cls: type[Any]) -> type[Any]:
+    """`cls` (a redis-py connection class) whose CLUSTERDOWN/MASTERDOWN replies raise
+    `ClusterDownReply` instead."""
+
+    def read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super(sub, self).read_response(*args, **kwargs)
+        except rex.ClusterDownError as e:  # MasterDownError too
+            code = "MASTERDOWN" if isinstance(e, rex.MasterDownError) else "CLUSTERDOWN"
+            raise ClusterDownReply(f"{code} {e}") from None
+
+    sub: type[Any] = type(cls.__name__, (cls,), {"read_response": read_response})
+    return sub
+
+
+_FAIL_FAST: dict[type[Any], type[Any]] = {}
+
+
+class _FailFastPool(redis.ConnectionPool):
+    """The node pools of the store's cluster client (plain or TLS connections alike)."""
+
+    def __init__(self, connection_class: type[Any] = redis.connection.Connection,
+                 **kwargs: Any) -> None:
+        sub = _FAIL_FAST.get(connection_class)
+        if sub is None:
+            sub = _FAIL_FAST[connection_class] = _fail_fast_read(connection_class)
+        super().__init__(connection_class=sub, **kwargs)
+
+
+class _StoreCluster(redis.cluster.RedisCluster):
+    """The cluster client `from_url` builds: it retries (once, after refreshing the
+    topology) only what fails at once, a refused or reset connection or a slot not in
+    its table yet, never a timeout: so a call takes at most one timeout, not two."""
+
+    # redis-py types it as its own default's tuple; any tuple of classes works
+    ERRORS_ALLOW_RETRY = (rex.ConnectionError, rex.SlotNotCoveredError)  # type: ignore[assignment]
+
+
 #: Client exceptions that mean "the server cannot serve this now", not "bad request".
 #: Classified by type: redis-py strips the code of the replies it maps to a class
 #: (``-OOM ...`` arrives as `OutOfMemoryError` with the text after "OOM").
@@ -123,6 +172,7 @@ _UNAVAILABLE_TYPES: tuple[type[BaseException], ...] = (
     rex.OutOfMemoryError,  # OOM (maxmemory reached under noeviction)
     rex.AskError,  # ASK and MovedError (MOVED): redirects the client did not follow
     rex.SlotNotCoveredError,
+    ClusterDownReply,
     rex.RedisClusterException,  # "cannot connect to any node", topology failures
     OSError,
     asyncio.TimeoutError,
@@ -1094,8 +1144,11 @@ class RedisStore(_RedisCore):
 
         `timeout` (seconds, default 0.25) bounds each decision: it is the socket read and
         (unless `connect_timeout` is given) connect timeout; the client does not retry,
-        except a cluster client, which retries once after refreshing its topology (so a
-        moved slot or a finished failover is followed transparently). `client_options` go
+        except a cluster client, which retries once after refreshing its topology when a
+        connection was refused or reset (so a finished failover is followed
+        transparently), never after a timeout; MOVED/ASK redirects are followed as usual.
+        A CLUSTERDOWN answer (every node gives it while a primary fails over) fails the
+        call at once, as unavailable, instead of redis-py's sleep and retry. `client_options` go
         to the redis-py client; other keyword arguments are the store's (see the class).
         The client is created lazily (a down server does not stop start-up) and closed by
         `close`.
@@ -1108,7 +1161,7 @@ class RedisStore(_RedisCore):
             curl = target.url
 
             def connect() -> redis.cluster.RedisCluster:
-                return redis.cluster.RedisCluster.from_url(curl, **kw)
+                return _StoreCluster.from_url(curl, connection_pool_class=_FailFastPool, **kw)
 
             return cls(None, prefix=prefix, client_clock=client_clock, _connect=connect,
                        _describe=describe, _owns_client=True, **store_options)
