@@ -1,12 +1,18 @@
 """A Flask app protected per client AND globally (WSGI middleware).
 
+Install:  pip install -e '.[examples]'
 Run it:   flask --app examples/flask_app.py run      (or: python examples/flask_app.py)
 Try it:   for i in $(seq 12); do curl -si localhost:5000/ | head -1; done
 
 The same policy as the FastAPI example: 5 requests/s (bursts of 10) per client -- keyed by
-``X-API-Key`` or else the IP address -- and 50/s (bursts of 30) for everyone, decided
-together; ``/report`` costs 5; ``/healthz`` is never limited. The decision is in
+a known ``X-API-Key`` (one of API_KEYS), else the IP address, so invented keys get no quota
+of their own -- and 50/s (bursts of 30) for everyone, decided together; ``/report`` costs
+5; ``/healthz`` is never limited. The decision is in
 ``request.environ["ratekeeper.decision"]``.
+
+Client addresses: the Werkzeug server and gunicorn's sync workers pass the TCP peer as
+REMOTE_ADDR whatever X-Forwarded-For says; behind a proxy, list it in TRUSTED_PROXIES (and
+do not also add Werkzeug's ProxyFix: one layer resolves the client). See docs/http.md.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from ratekeeper import Limit, Store
 from ratekeeper.http import APIKey, ClientIP, HTTPPolicy, Route, WSGIRateLimitMiddleware
 
 TRUSTED_PROXIES: list[str] = []  # e.g. ["10.0.0.0/8"] behind a load balancer
+#: The keys you issued (in a real app: a fast lookup in your own store).
+API_KEYS = frozenset({"demo-key-1", "demo-key-2", "demo-key-3"})
 
 PER_CLIENT = Limit("gcra", "5/s", burst=10, name="per-client")
 EVERYONE = Limit("gcra", "50/s", burst=30, name="everyone", scope="global")
@@ -27,7 +35,7 @@ EVERYONE = Limit("gcra", "50/s", burst=30, name="everyone", scope="global")
 POLICY = HTTPPolicy(
     limits=[PER_CLIENT, EVERYONE],
     routes=[Route("/report", [PER_CLIENT, EVERYONE], cost=5)],
-    key=APIKey("x-api-key"),
+    key=APIKey("x-api-key", valid=API_KEYS.__contains__),  # else: per client IP
     client_ip=ClientIP(TRUSTED_PROXIES),
     exempt_paths=["/healthz"],
 )

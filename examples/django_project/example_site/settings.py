@@ -1,9 +1,14 @@
 """Settings of the minimal example project: no database, one app-less URLconf.
 
 The rate limit lives in RATEKEEPER (read by ratekeeper.http.django.RateLimitMiddleware):
-5 requests/s (bursts of 10) per client -- keyed by ``X-API-Key``, else the logged-in user
-if you add auth, else the IP address -- and 50/s (bursts of 30) for everyone, decided
-together; ``/report/`` costs 5; ``/healthz`` is never limited.
+5 requests/s (bursts of 10) per client -- keyed by a known ``X-API-Key`` (one of API_KEYS),
+else the IP address, so invented keys get no quota of their own -- and 50/s (bursts of 30)
+for everyone, decided together; ``/report/`` costs 5; ``/healthz`` is never limited. With
+auth, key by user instead: ``key=django_user`` (from ratekeeper.http.django).
+
+Client addresses: REMOTE_ADDR is the TCP peer under runserver and gunicorn's sync workers;
+behind a proxy, list it in TRUSTED_PROXIES. Under uvicorn, run it with
+``--no-proxy-headers`` (see docs/http.md, "Trusted proxies").
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ MIDDLEWARE = [
 ]
 
 TRUSTED_PROXIES: list[str] = []  # e.g. ["10.0.0.0/8"] behind a load balancer
+#: The keys you issued (in a real app: a fast lookup in your own store).
+API_KEYS = frozenset({"demo-key-1", "demo-key-2", "demo-key-3"})
 
 PER_CLIENT = Limit("gcra", "5/s", burst=10, name="per-client")
 EVERYONE = Limit("gcra", "50/s", burst=30, name="everyone", scope="global")
@@ -33,7 +40,7 @@ RATEKEEPER = {
     "policy": HTTPPolicy(
         limits=[PER_CLIENT, EVERYONE],
         routes=[Route("/report/", [PER_CLIENT, EVERYONE], cost=5)],
-        key=APIKey("x-api-key"),
+        key=APIKey("x-api-key", valid=API_KEYS.__contains__),  # else: per client IP
         client_ip=ClientIP(TRUSTED_PROXIES),
         exempt_paths=["/healthz"],
     ),
