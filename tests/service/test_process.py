@@ -3,14 +3,19 @@ policies, graceful shutdown, refusing to start on bad policies, the bundled exam
 
 from __future__ import annotations
 
+import importlib.util
 import signal
+import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.service._proc import ServiceProcess, run_cli
+
+SERVICE_POLICIES = Path(__file__).parent / "policies" / "service.toml"
 
 V1 = """
 [[domains.r.descriptors]]
@@ -161,3 +166,44 @@ def test_a_rejected_reload_logs_every_error_in_text_format(tmp_path: Path) -> No
     assert ("domains.r.descriptors[0].limits[0].algorithm: unknown algorithm 'fixed_window'"
             in text)
     assert "domains.r.descriptors[1] (ip): has no limits" in text
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port bound by no listener: connecting is refused at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))  # bound, never listening: the port stays ours and refuses
+        yield s.getsockname()[1]
+
+
+needs_redis_store = pytest.mark.skipif(
+    importlib.util.find_spec("ratekeeper.stores.redis") is None
+    or importlib.util.find_spec("redis") is None, reason="the Redis store is not available")
+
+
+@needs_redis_store
+def test_an_unreachable_store_starts_with_a_warning_and_is_not_ready(
+        tmp_path: Path, closed_port: int) -> None:
+    url = f"redis://127.0.0.1:{closed_port}/0"
+    with ServiceProcess(SERVICE_POLICIES, tmp_path / "log", "--store", url) as svc:
+        ready = httpx.get(f"{svc.http}/readyz", timeout=10)
+        assert ready.status_code == 503 and ready.json()["status"] == "unavailable"
+        r = httpx.post(f"{svc.http}/v1/check", json={"domain": "t", "key": "a"}, timeout=10)
+        assert r.status_code == 200 and r.json()["degraded"] is True  # failure = "open"
+    records = svc.records()
+    (warn,) = [r for r in records if r.get("event") == "store_unreachable"]
+    assert warn["level"] == "warning" and warn["store"] == url
+    assert f"127.0.0.1:{closed_port}" in warn["msg"] and "'open'" in warn["msg"]
+    assert records.index(warn) < next(i for i, r in enumerate(records)
+                                      if r.get("event") == "listening")
+    assert svc.proc is not None and svc.proc.returncode == 0
+
+
+@needs_redis_store
+def test_require_store_refuses_to_start_when_the_store_is_unreachable(closed_port: int) -> None:
+    url = f"redis://127.0.0.1:{closed_port}/0"
+    out = run_cli(["serve", "--config", str(SERVICE_POLICIES), "--store", url,
+                   "--require-store", "--http-port", "0", "--grpc-port", "0"])
+    assert out.returncode == 1, out.stderr
+    assert "ratekeeper serve: not starting" in out.stderr
+    assert f"127.0.0.1:{closed_port}" in out.stderr and "--require-store" in out.stderr

@@ -2,7 +2,8 @@
 
     ratekeeper serve [--config FILE | --example] [--store URL] [--host H]
                      [--http-port N] [--grpc-port N] [--no-http] [--no-grpc] [--watch SECONDS]
-                     [--max-body BYTES] [--grace SECONDS] [--key-prefix P] [--max-keys N]
+                     [--max-body BYTES] [--grace SECONDS] [--require-store]
+                     [--key-prefix P] [--max-keys N]
                      [--log-format json|text] [--log-level LEVEL] [--access-log]
     ratekeeper check-config FILE [FILE ...] [--quiet] [--json]
 
@@ -74,6 +75,9 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
                    help="largest HTTP body / gRPC message accepted (default 65536)")
     p.add_argument("--grace", type=_positive, default=10.0, metavar="SECONDS",
                    help="on SIGTERM, how long calls in flight may take to finish (default 10)")
+    p.add_argument("--require-store", action="store_true",
+                   help="exit 1 if the store does not answer at startup (default: start, "
+                        "warn, and let the policies' failure mode decide until it answers)")
     p.add_argument("--key-prefix", default="rk:", help="Redis key prefix (default rk:)")
     p.add_argument("--max-keys", type=int, default=1_000_000,
                    help="memory store: keys kept per limit before the least recently used "
@@ -112,6 +116,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         grpc_port=None if args.no_grpc else args.grpc_port,
         watch=args.watch, max_body=args.max_body, grace=args.grace,
         access_log=args.access_log, key_prefix=args.key_prefix, max_keys=args.max_keys,
+        require_store=args.require_store,
     )
     try:
         return asyncio.run(serve(options))

@@ -69,6 +69,7 @@ class ServeOptions:
     access_log: bool = False
     key_prefix: str = "rk:"
     max_keys: int = 1_000_000
+    require_store: bool = False
 
 
 def _redact(url: str) -> str:
@@ -163,6 +164,7 @@ async def serve(options: ServeOptions, *,
                                    max_keys=options.max_keys)
     service = Service(holder, store, stats=stats, max_body=options.max_body,
                       store_name=store_name)
+    await _check_store(service, options.require_store)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     http: _UvicornServer | None = None
@@ -253,6 +255,27 @@ async def serve(options: ServeOptions, *,
             loop.remove_signal_handler(sig)
         await close_store(store)
         log.info("stopped", extra={"event": "stopped"})
+
+
+async def _check_store(service: Service, required: bool) -> None:
+    """Ask the store once before listening. A store that is down is not fatal by default:
+    the policies' failure mode exists for exactly that, Redis may be a moment behind the
+    service in a deployment, and the connection is retried on every check. Say so loudly
+    (``/readyz`` answers 503 meanwhile); with `required` refuse to start instead."""
+    problem = await service.engine.probe()
+    if problem is None:
+        return
+    name = service.store_name
+    if required:
+        await close_store(service.store)
+        raise StoreConfigError(f"the store {name} does not answer ({problem}) and "
+                               "--require-store is set")
+    failure = service.holder.current.settings.failure
+    log.warning(
+        "the store %s does not answer (%s); starting anyway: /readyz answers 503 and "
+        "failure policy %r decides until it answers (--require-store: refuse to start)",
+        name, problem, failure,
+        extra={"event": "store_unreachable", "store": name, "error": problem})
 
 
 async def _watch(holder: PolicyHolder, every: float, stop: asyncio.Event) -> None:
