@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import signal
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,7 +88,8 @@ def test_sighup_reloads_and_a_bad_file_keeps_the_old_policies(tmp_path: Path) ->
 def test_watch_reloads_when_the_file_changes(tmp_path: Path) -> None:
     path = tmp_path / "policies.toml"
     path.write_text(V1)
-    with ServiceProcess(path, tmp_path / "log", "--watch", "0.05") as svc:
+    with ServiceProcess(path, tmp_path / "log", "--watch", "0.05",
+                        "--log-level", "debug") as svc:
         assert allowed(svc, "a") and not allowed(svc, "a")
         n = len(svc.records())
         rewrite(path, V2)
@@ -97,8 +97,18 @@ def test_watch_reloads_when_the_file_changes(tmp_path: Path) -> None:
         assert generation(svc) == 2 and allowed(svc, "a")
         n = len(svc.records())
         rewrite(path, BROKEN)
-        svc.wait_for(lambda r: r.get("event") == "reload_failed", after=n)
-        time.sleep(0.3)  # several polls: the unchanged bad file is not reloaded again
+        failed = svc.wait_for(lambda r: r.get("event") == "reload_failed", after=n)
+        # The poll that read the bad file, then five more, however long they take: the
+        # unchanged bad file is not reloaded again.
+        records = svc.records()
+        after = records.index(failed) + 1
+        poll = svc.wait_for(lambda r: r.get("event") == "watch_poll", after=after)
+        assert poll["changed"] is True
+        after = svc.records().index(poll) + 1
+        for _ in range(5):
+            poll = svc.wait_for(lambda r: r.get("event") == "watch_poll", after=after)
+            assert poll["changed"] is False
+            after = svc.records().index(poll) + 1
         assert sum(r.get("event") == "reload_failed" for r in svc.records()) == 1
         assert generation(svc) == 2
 

@@ -285,6 +285,10 @@ async def _watch(holder: PolicyHolder, every: float, stop: asyncio.Event) -> Non
         if stop.is_set():
             return
         try:
-            holder.poll()
+            result = holder.poll()
+            # Each poll at debug level: what the tests (and a curious operator) can count.
+            log.debug("polled %s: %s", holder.path,
+                      "unchanged" if result is None else "changed",
+                      extra={"event": "watch_poll", "changed": result is not None})
         except Exception:  # never let the watcher die
             log.exception("watching the policies file failed", extra={"event": "watch_error"})
