@@ -1,8 +1,14 @@
 """Exactness under concurrency: many processes and threads on one key, real servers.
 
-* 4 processes x 8 threads hammer one key for 2 s on the server clock: a token bucket admits
-  no more than ``burst + rate * span`` (zero over-admission) and at least 99 % of it;
-  the same for a composite (per-key + global) limit, across cluster slots.
+* 4 processes x 8 threads hammer one key for 2 s on the server clock. What was admitted is
+  bounded by what the algorithm allows for the attempts actually made, at the times they
+  were decided (the server's): never more than ``burst + rate * span`` (zero
+  over-admission), and exactly what the pure algorithm admits when the same attempts are
+  replayed in time order (no lost token). How many attempts a loaded machine manages to
+  make changes nothing in the verdict: no throughput is required.
+* The same for a composite (per-key + global) limit across cluster slots, where the global
+  slot decides at the first slot's time, so concurrent requests reach it slightly out of
+  order: within one in-flight request per worker of the replay.
 * A composite check under contention is all-or-nothing: per-key and global counters end up
   exactly equal to what was admitted (no reservation leaks, no lost refund).
 """
@@ -20,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from ratekeeper import GLOBAL_KEY, Limit, Limiter
+from ratekeeper import GLOBAL_KEY, Limit, Limiter, MemoryStore
 from ratekeeper.testing import ManualClock
 from tests.integration.conftest import StoreTarget
 
@@ -52,20 +58,31 @@ def bounds(results: list[tuple[float, bool]], rate: float, burst: float) -> tupl
     return admitted, burst + rate * (max(ats) - min(ats))
 
 
+def replayed(results: list[tuple[float, bool]], limits: list[dict[str, Any]]) -> int:
+    """What the pure algorithms admit for the same attempts at the same times, decided one
+    at a time in time order (the in-memory store: the same functions as the scripts)."""
+    store = MemoryStore()
+    checks = [(lim, "hot" if lim.scope == "key" else GLOBAL_KEY, 1.0)
+              for lim in (Limit(**kw) for kw in limits)]
+    admitted = 0
+    for at in sorted(at for at, _ in results):
+        decisions, _ = store.decide(checks, at)
+        admitted += all(d.allowed for d in decisions)
+    return admitted
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["redis", "valkey"])
 def test_processes_and_threads_on_one_key(kind: str, standalone_of: Any) -> None:
     target: StoreTarget = standalone_of(kind)
-    # a one-second burst: only a stall of every worker for > 1 s (the host is shared) could
-    # cap the bucket and lose tokens; anything less is the limiter's own doing
-    rate, burst = 200.0, 200.0
-    results, _ = hammer(target.url, [{"algorithm": "token-bucket", "rate": "200/s",
-                                      "burst": burst}])
+    rate, burst = 100.0, 100.0
+    limits = [{"algorithm": "token-bucket", "rate": "100/s", "burst": burst}]
+    results, _ = hammer(target.url, limits)
     admitted, most = bounds(results, rate, burst)
-    assert max(at for at, _ in results) - min(at for at, _ in results) > 1.0
-    assert len(results) > 2 * most, "the hammer must ask for more than the limit allows"
     assert admitted <= most + 1e-6, (admitted, most)
-    assert admitted >= 0.99 * most, (admitted, most)
+    # one script per decision, serialized by the server at the time it returns: the
+    # replay is exact (+-1 for two decisions in the same microsecond, which share a `now`)
+    assert abs(admitted - replayed(results, limits)) <= 1, (admitted, len(results))
 
 
 @pytest.mark.slow
@@ -76,14 +93,17 @@ def test_processes_and_threads_on_a_cross_slot_composite(redis_cluster: Any,
     node = redis_cluster.primaries()[0]
     url = f"redis+cluster://{node.host}:{node.port}"
     per_key = {"algorithm": "token-bucket", "rate": "1000/s", "burst": 1000.0}
-    glob = {"algorithm": "gcra", "rate": "150/s", "burst": 150.0, "scope": "global",
+    glob = {"algorithm": "gcra", "rate": "50/s", "burst": 50.0, "scope": "global",
             "name": "site"}
     results, _ = hammer(url, [per_key, glob])
-    admitted, most = bounds(results, 150.0, 150.0)
-    assert max(at for at, _ in results) - min(at for at, _ in results) > 1.0
-    assert len(results) > 2 * most
+    admitted, most = bounds(results, 50.0, 50.0)
     assert admitted <= most + 1e-6, (admitted, most)
-    assert admitted >= 0.99 * most, (admitted, most)
+    # the global slot decides at the per-key slot's time: a request that reaches it after
+    # a later-stamped one sees its tokens as not yet refilled (a rejection the replay
+    # would admit, never an admission it would not: the upper bound above). At most one
+    # request per worker is in flight between the two slots.
+    replay = replayed(results, [per_key, glob])
+    assert replay - PROCESSES * THREADS <= admitted <= replay, (admitted, replay)
 
 
 def test_composite_under_contention_is_all_or_nothing(target: StoreTarget) -> None:
