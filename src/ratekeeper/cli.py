@@ -5,10 +5,12 @@
 
 `simulate` replays a JSON Lines trace of ``{"t": seconds, "key": "...", "cost": 1}`` events
 through a policy on the trace's own clock and prints one JSON object per event, in order:
-``allowed``, ``remaining``, ``retry_after`` (0 when allowed, null when the cost can never be
-admitted), ``reset_after`` and ``delay``. It answers "what would this policy have done to
+the event's ``t`` and ``key``, then ``allowed``, ``remaining``, ``retry_after`` (0 when
+allowed, null when the cost can never be admitted), ``reset_after`` and ``delay`` (0 unless
+an admitted request is queued). It answers "what would this policy have done to
 this traffic?" before you deploy it; with ``--store redis://...`` the same replay runs
-through the Redis scripts (on the trace's clock, so the answers must be identical).
+through the Redis scripts (on the trace's clock, so the answers must be identical);
+``--store`` takes every store URL the API and the service take (`ratekeeper.stores.open_store`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import IO, Any
 from ._errors import RateKeeperError
 from ._types import ALGORITHMS, Decision, Limit
 from .limiter import Limiter
-from .stores.memory import MemoryStore
+from .stores import open_store
 from .testing import ManualClock
 
 __all__ = ["main"]
@@ -48,7 +50,7 @@ def decision_json(d: Decision) -> dict[str, Any]:
         "remaining": d.remaining,
         "retry_after": 0 if d.allowed else _json_number(d.retry_after),
         "reset_after": _json_number(d.reset_after),
-        "delay": _json_number(d.delay) if d.allowed else None,
+        "delay": _json_number(d.delay),  # 0.0 on a rejection, as the Decision says
         "limit": d.limit.name if d.limit is not None else None,
     }
 
@@ -70,15 +72,8 @@ def _events(stream: IO[str]) -> Iterator[tuple[int, dict[str, Any] | str]]:
 
 
 def _open_store(url: str | None) -> Any:
-    if url is None:
-        return MemoryStore()
-    try:
-        from .stores.redis import RedisStore  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
-    except ImportError as e:
-        raise SystemExit(f"ratekeeper: --store needs the Redis store: {e}") from None
     # A fresh namespace per run, on the trace's clock; keys expire on their own.
-    prefix = f"rk-sim-{uuid.uuid4().hex[:12]}:"
-    return RedisStore.from_url(url, prefix=prefix, client_clock=True)
+    return open_store(url, prefix=f"rk-sim-{uuid.uuid4().hex[:12]}:", client_clock=True)
 
 
 def simulate(args: argparse.Namespace) -> int:
@@ -94,6 +89,11 @@ def simulate(args: argparse.Namespace) -> int:
     except RateKeeperError as e:
         print(f"ratekeeper simulate: {e}", file=sys.stderr)
         return 2
+    try:
+        store = _open_store(args.store)
+    except RateKeeperError as e:
+        print(f"ratekeeper simulate: --store: {e}", file=sys.stderr)
+        return 2
     clock = ManualClock()
     try:
         stream: IO[str] = (
@@ -102,7 +102,6 @@ def simulate(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"ratekeeper simulate: cannot read {args.trace!r}: {e.strerror}", file=sys.stderr)
         return 2
-    store = _open_store(args.store)
     limiter = Limiter(limit, store, clock=clock, failure="raise")
     show_events = args.events or not args.summary
     per_key: dict[str, list[int]] = {}
@@ -127,7 +126,7 @@ def simulate(args: argparse.Namespace) -> int:
                 print(json.dumps({"error": f"line {lineno}: {e}"}), file=out)
                 continue
             if show_events:
-                print(json.dumps(decision_json(d)), file=out)
+                print(json.dumps({"t": t, "key": key, **decision_json(d)}), file=out)
             row = per_key.setdefault(str(key), [0, 0, 0])
             row[0 if d.allowed and not d.delay else 1 if d.allowed else 2] += 1
     finally:
@@ -143,11 +142,7 @@ def simulate(args: argparse.Namespace) -> int:
 
 def _print_summary(per_key: dict[str, list[int]], limit: Limit, out: IO[str]) -> None:
     width = max([len("total"), *(len(k) for k in per_key)])
-    print(
-        f"policy: {limit.algorithm} {limit.rate}"
-        + (f" burst={limit.burst:g}" if limit.burst is not None else ""),
-        file=out,
-    )
+    print(f"policy: {_describe(limit)}", file=out)
     print(f"{'key':<{width}}  {'admitted':>8}  {'delayed':>7}  {'rejected':>8}", file=out)
     tot = [0, 0, 0]
     for k in sorted(per_key):
@@ -155,6 +150,18 @@ def _print_summary(per_key: dict[str, list[int]], limit: Limit, out: IO[str]) ->
         tot = [tot[0] + a, tot[1] + dl, tot[2] + r]
         print(f"{k:<{width}}  {a:>8}  {dl:>7}  {r:>8}", file=out)
     print(f"{'total':<{width}}  {tot[0]:>8}  {tot[1]:>7}  {tot[2]:>8}", file=out)
+
+
+def _describe(limit: Limit) -> str:
+    """The policy as the command line gave it: ``leaky-bucket 10r/s burst=20 nodelay``."""
+    words = [limit.algorithm, str(limit.rate)]
+    if limit.burst is not None and limit.algorithm in ("token-bucket", "gcra", "leaky-bucket"):
+        words.append(f"burst={limit.burst:g}")
+    if limit.nodelay:
+        words.append("nodelay")
+    if limit.delay:
+        words.append(f"delay={limit.delay}")
+    return " ".join(words)
 
 
 def _add_simulate(p: argparse.ArgumentParser) -> None:
@@ -170,7 +177,10 @@ def _add_simulate(p: argparse.ArgumentParser) -> None:
     g.add_argument("--nodelay", action="store_true", help="leaky-bucket: nginx nodelay")
     g.add_argument("--delay", type=int, default=None, help="leaky-bucket: nginx delay=D")
     p.add_argument(
-        "--store", default=None, help="replay through a store, e.g. redis://127.0.0.1:6379/0"
+        "--store",
+        default=None,
+        help="replay through a store: memory:// (the default), redis://127.0.0.1:6379/0, "
+        "redis+cluster://..., ...",
     )
     p.add_argument("--trace", required=True, help="JSON Lines file of events, or - for stdin")
     p.add_argument(

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from ratekeeper import Decision, Limit
+from ratekeeper import Decision, Limit, Limiter
 from ratekeeper.cli import decision_json, main
+from ratekeeper.testing import ManualClock
 
 
 def write(tmp_path: Path, lines: list[Any]) -> Path:
@@ -37,9 +38,9 @@ def test_one_object_per_event(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                            "--trace", str(trace))
     assert rc == 0 and err == ""
     assert [o["allowed"] for o in objs] == [True, True, True, False, False, False]
-    assert objs[0] == {"allowed": True, "remaining": 2, "retry_after": 0, "reset_after": 1.0,
-                       "delay": 0.0, "limit": "simulated"}
-    assert objs[3]["retry_after"] == 1.0 and objs[3]["delay"] is None
+    assert objs[0] == {"t": 0, "key": "a", "allowed": True, "remaining": 2, "retry_after": 0,
+                       "reset_after": 1.0, "delay": 0.0, "limit": "simulated"}
+    assert objs[3]["retry_after"] == 1.0 and objs[3]["delay"] == 0.0
     assert objs[4]["retry_after"] == 0.5
     assert objs[5]["retry_after"] is None  # never: the cost exceeds the burst
     assert objs[5]["remaining"] == 0
@@ -66,6 +67,52 @@ def test_leaky_bucket_modes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert [o["delay"] for o in objs[:3]] == [0.0, 0.0, 1.0]
 
 
+def test_a_rejected_queued_request_has_delay_zero_as_the_library_says(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = write(tmp_path, [{"t": 0, "key": "a"}] * 3)
+    _, objs, _, _ = run(capsys, "leaky-bucket", "--rate", "1r/s", "--burst", "1",
+                        "--trace", str(trace))
+    lib = Limiter(Limit("leaky-bucket", "1r/s", burst=1), clock=ManualClock())
+    decisions = [lib.hit("a") for _ in range(3)]
+    assert [o["delay"] for o in objs] == [d.delay for d in decisions] == [0.0, 1.0, 0.0]
+    assert not objs[2]["allowed"] and not decisions[2].allowed
+
+
+def test_each_event_line_names_its_instant_and_key(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    trace = write(tmp_path, [{"t": 0.25, "key": "alice"}, {"t": 1, "key": "bob", "cost": 2},
+                             {"key": "carol"}])
+    _, objs, _, _ = run(capsys, "gcra", "--rate", "1/s", "--burst", "3", "--trace", str(trace))
+    assert [(o["t"], o["key"]) for o in objs] == [(0.25, "alice"), (1, "bob"), (1.0, "carol")]
+
+
+@pytest.mark.parametrize("url", ["memory://", "memory://?max_keys=10", "MEMORY://"])
+def test_simulate_replays_through_a_memory_store_url(url: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    trace = write(tmp_path, [{"t": t / 10, "key": k} for t in range(30) for k in "ab"])
+    base = run(capsys, "token-bucket", "--rate", "2/s", "--burst", "2", "--trace", str(trace))
+    via = run(capsys, "token-bucket", "--rate", "2/s", "--burst", "2", "--trace", str(trace),
+              "--store", url)
+    assert via[0] == 0 and via[3] == "" and via[1] == base[1]
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("foo://x", "unknown store URL scheme 'foo'"),
+    ("localhost:6379", "not a store URL"),
+    ("memory://somewhere", "a memory store has no address"),
+    ("memory://?max_keys=lots", "max_keys must be a whole number"),
+    ("memory://?size=3", "unknown memory:// option"),
+])
+def test_a_bad_store_url_is_a_clear_error_not_a_traceback(
+        url: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = write(tmp_path, [{"t": 0}])
+    rc, objs, _, err = run(capsys, "gcra", "--rate", "1/s", "--trace", str(trace), "--store", url)
+    assert rc == 2 and objs == []
+    assert message in err and "Traceback" not in err
+    if "scheme" in message or "not a store URL" in message:
+        assert "memory://, redis://host:6379/0" in err  # the forms that do work
+
+
 def test_stdin_trace(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     lines = "".join(json.dumps({"t": t, "key": "k"}) + "\n" for t in (0, 0, 0))
     monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
@@ -81,6 +128,10 @@ def test_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and objs == []  # the summary replaces the events
     lines = out.splitlines()
     assert lines[0] == "policy: leaky-bucket 1/s burst=2"
+    for flag, shown in (("--nodelay", "nodelay"), ("--delay=1", "delay=1")):
+        _, _, out, _ = run(capsys, "leaky-bucket", "--rate", "1r/s", "--burst", "2", flag,
+                           "--trace", str(trace), "--summary")
+        assert out.splitlines()[0] == f"policy: leaky-bucket 1/s burst=2 {shown}"
     assert lines[1].split() == ["key", "admitted", "delayed", "rejected"]
     rows = {ln.split()[0]: [int(x) for x in ln.split()[1:]] for ln in lines[2:]}
     assert rows == {"alice": [1, 2, 1], "bob": [1, 0, 0], "total": [2, 2, 1]}
@@ -197,7 +248,7 @@ def test_decision_json_never_and_rounding() -> None:
     lim = Limit("gcra", "3/s", name="x")
     d = Decision(False, 0, 1 / 3, 2 / 3, 0.0, lim)
     assert decision_json(d) == {"allowed": False, "remaining": 0, "retry_after": 0.333333333,
-                                "reset_after": 0.666666667, "delay": None, "limit": "x"}
+                                "reset_after": 0.666666667, "delay": 0.0, "limit": "x"}
     d = Decision(False, 3, None, 0.0, 0.0, lim)
     assert decision_json(d)["retry_after"] is None
 

@@ -153,11 +153,7 @@ def _descriptor(d: object, where: str) -> DescriptorRequest:
 def _decision(d: Decision | None) -> dict[str, Any] | None:
     if d is None:
         return None
-    out = decision_json(d)
-    # `simulate` prints null for a rejection's delay; the service says what the library's
-    # Decision says (0.0: a rejected request is not queued).
-    out["delay"] = round(d.delay, 9)
-    return out
+    return decision_json(d)
 
 
 def _status_json(s: DescriptorStatus) -> dict[str, Any]:

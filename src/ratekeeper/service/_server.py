@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import inspect
 import logging
 import math
@@ -27,11 +26,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import uvicorn
 
+from .._errors import RateKeeperError
 from ..stores._base import AsyncStore
+from ..stores._url import open_store as open_any_store
+from ..stores._url import redact
 from ..stores.memory import MemoryStore
 from ._grpc import grpc_address, start_grpc_server
 from ._http import create_app
@@ -72,38 +73,16 @@ class ServeOptions:
     require_store: bool = False
 
 
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + netloc))
-
-
 def open_store(url: str | None, *, prefix: str = "rk:",
                max_keys: int = 1_000_000) -> tuple[AsyncStore, str]:
-    """``(store, description)`` for a ``--store`` URL: memory (the default) or Redis."""
-    if url is None or url in ("memory", "memory://") or url.startswith("memory:"):
-        return MemoryStore(max_keys=max_keys), "memory"
-    scheme = url.split(":", 1)[0].lower()
-    if scheme not in ("redis", "rediss", "unix") and not scheme.startswith(("redis+", "rediss+")):
-        raise StoreConfigError(
-            f"unknown store URL {_redact(url)!r}; use memory:// (the default), "
-            "redis://host:6379/0, rediss://..., unix:///path, redis+cluster://host:port or "
-            "redis+sentinel://host:port/mastername")
+    """``(store, description)`` for a ``--store`` URL (`ratekeeper.stores.open_store`'s
+    forms; memory by default), on the server's clock."""
     try:
-        mod = importlib.import_module("ratekeeper.stores.redis")
-        cls: Any = mod.AsyncRedisStore
-    except (ImportError, AttributeError) as e:
-        raise StoreConfigError(
-            f"--store {_redact(url)} needs ratekeeper's Redis store and redis-py "
-            f"(pip install 'ratekeeper[service]'): {e}") from None
-    try:
-        store = cls.from_url(url, prefix=prefix, client_clock=False)
-    except Exception as e:
-        raise StoreConfigError(f"cannot use --store {_redact(url)}: {e}") from None
-    return store, _redact(url)
+        store = open_any_store(url, asyncio=True, max_keys=max_keys, prefix=prefix,
+                               client_clock=False)
+    except RateKeeperError as e:
+        raise StoreConfigError(f"cannot use --store {redact(url or 'memory://')}: {e}") from None
+    return store, "memory" if isinstance(store, MemoryStore) else redact(url or "")
 
 
 async def close_store(store: object) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._base import AsyncStore, Check, Store
+from ._url import open_store
 from .memory import MemoryStore
 
 if TYPE_CHECKING:
     from .redis import AsyncRedisStore as AsyncRedisStore
     from .redis import RedisStore as RedisStore
 
-__all__ = ["AsyncStore", "Check", "MemoryStore", "Store"]
+__all__ = ["AsyncStore", "Check", "MemoryStore", "Store", "open_store"]
 
 _REDIS = ("RedisStore", "AsyncRedisStore")
 

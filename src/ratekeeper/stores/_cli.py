@@ -23,10 +23,11 @@ import shlex
 import sys
 from typing import Any
 
-from .._errors import RateKeeperError
+from .._errors import ConfigError, RateKeeperError
 from .._types import Limit
 from ..cli import register
 from ..limiter import GLOBAL_KEY
+from ._url import open_store, scheme_of
 from .redis import DEFAULT_PREFIX, RedisStore
 
 __all__ = ["parse_limit_spec"]
@@ -85,8 +86,14 @@ def _run(args: argparse.Namespace) -> int:
         print(f"ratekeeper inspect: {e}", file=sys.stderr)
         return 2
     try:
-        store = RedisStore.from_url(args.store, prefix=args.prefix, timeout=args.timeout,
-                                    client_clock=args.now is not None, breaker_failures=0)
+        if scheme_of(args.store) == "memory":
+            raise ConfigError(
+                f"--store {args.store}: a memory store lives inside one process, so there is "
+                "nothing to inspect from outside it; point --store at the Redis the "
+                "application uses (redis://host:6379/0, redis+cluster://..., ...)")
+        store = open_store(args.store, prefix=args.prefix, timeout=args.timeout,
+                           client_clock=args.now is not None, breaker_failures=0)
+        assert isinstance(store, RedisStore)  # every non-memory scheme is a Redis one
     except RateKeeperError as e:
         print(f"ratekeeper inspect: {e}", file=sys.stderr)
         return 2

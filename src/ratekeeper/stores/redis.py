@@ -83,6 +83,7 @@ from ..algorithms._common import new_decision
 from ..algorithms.leaky_bucket import params as leaky_params
 from ._base import Check
 from ._lua import ALGORITHM_IDS, CHECK, ONE, ONE_FAST, REFUND, STATE, Script
+from ._url import VALID_FORMS, redact
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -992,7 +993,8 @@ def _parse_target(url: str, cluster: bool | None) -> _Target:
         return _Target("sentinel", url, sentinels, unquote(parts[0]), db, username, password,
                        scheme.startswith("rediss"))
     if scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(f"unsupported URL scheme {scheme!r} in {url!r}")
+        raise ConfigError(
+            f"unsupported URL scheme {scheme!r} in {redact(url)!r}; use {VALID_FORMS}")
     if cluster:
         if scheme == "unix":
             raise ConfigError("Redis Cluster does not work over unix sockets")
@@ -1000,13 +1002,6 @@ def _parse_target(url: str, cluster: bool | None) -> _Target:
     return _Target("standalone", url, [], "", 0, None, None, scheme == "rediss")
 
 
-def _redact(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not at:
-        return url
-    user = userinfo.split(":", 1)[0]
-    return f"{scheme}{sep}{user + ':***' if ':' in userinfo else user}@{host}"
 
 
 def _client_kwargs(timeout: float, connect_timeout: float | None,
@@ -1155,7 +1150,7 @@ class RedisStore(_RedisCore):
         """
         target = _parse_target(url, cluster)
         kw = _client_kwargs(_check_timeout(timeout), connect_timeout, client_options)
-        describe = _redact(url)
+        describe = redact(url)
         if target.kind == "cluster":
             kw.setdefault("retry", Retry(NoBackoff(), 1))
             curl = target.url
@@ -1480,7 +1475,7 @@ class AsyncRedisStore(_RedisCore):
         target = _parse_target(url, cluster)
         timeout = _check_timeout(timeout)
         kw = _client_kwargs(timeout, connect_timeout, client_options)
-        describe = _redact(url)
+        describe = redact(url)
         store_options.setdefault("timeout", timeout)
         client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
         if target.kind == "cluster":
