@@ -25,6 +25,7 @@ from starlette.routing import Route as SRoute
 
 from ratekeeper import Limit
 from ratekeeper.http import APIKey, HTTPPolicy, RateLimitMiddleware
+from ratekeeper.testing import ManualClock
 
 PER_KEY = Limit("token-bucket", "20/hour", burst=20, name="per-key")
 EVERYONE = Limit("token-bucket", "30/hour", burst=30, name="everyone", scope="global")
@@ -40,6 +41,7 @@ def server() -> Iterator[str]:
     app = RateLimitMiddleware(
         Starlette(routes=[SRoute("/", hello)]),
         HTTPPolicy(limits=[PER_KEY, EVERYONE], key=APIKey()),
+        clock=ManualClock(),  # no refill however long a loaded machine takes (hourly limits)
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))

@@ -30,6 +30,7 @@ from ratekeeper import (
     StoreError,
     StoreUnavailable,
 )
+from ratekeeper.stores._lua import ONE
 from ratekeeper.stores.redis import AsyncRedisStore, RedisStore
 from tests.integration.conftest import missing
 from tests.servers import (
@@ -73,14 +74,18 @@ def check_degraded(policy: str, out: Any) -> None:
 
 
 def recover(hit: Callable[[], Any], *, within: float = 5.0) -> Decision:
-    """Call until a decision comes from the store again (bounded)."""
+    """Call until a decision comes from the store again (bounded); no call may take longer
+    than the timeout (checked after: wait_until takes a raising predicate for "not yet")."""
+    took: list[float] = []
 
     def ok() -> Decision | None:
-        out, took = timed(hit)
-        assert took < TIMEOUT + MARGIN, took
+        out, t = timed(hit)
+        took.append(t)
         return out if isinstance(out, Decision) and not out.degraded else None
 
-    return wait_until(ok, timeout=within, interval=0.02, what="decisions from the store")
+    d = wait_until(ok, timeout=within, interval=0.02, what="decisions from the store")
+    assert max(took) < TIMEOUT + MARGIN, took
+    return d
 
 
 def make(server_url: str, policy: str, errors: list[BaseException]) -> tuple[RedisStore, Limiter]:
@@ -154,13 +159,16 @@ def test_killed_mid_load(server_factory: Callable[..., RedisServer]) -> None:
     for t in threads:
         t.start()
     try:
-        time.sleep(0.3)
+        # each phase lasts until the threads have seen it, however slowly they run
+        wait_until(lambda: len(seen) > 20, timeout=30, what="decisions before the kill")
         server.kill()
-        time.sleep(0.6)
+        killed = time.monotonic()
+        wait_until(lambda: any(t > killed and deg for t, deg in seen[-50:]), timeout=30,
+                   what="degraded decisions while the server is down")
         server.restart()
         restarted = time.monotonic()
         wait_until(lambda: any(t > restarted and not deg for t, deg in seen[-50:]),
-                   timeout=5, what="real decisions after the restart")
+                   timeout=30, what="real decisions after the restart")
     finally:
         stop.set()
         for t in threads:
@@ -185,19 +193,24 @@ def test_sigstop_is_bounded_by_the_timeout(server_factory: Callable[..., RedisSe
     assert limiter.hit("k").allowed
     server.pause()
     try:
+        stats = store.stats
+        sent, short = stats.calls, stats.short_circuited
         durations = []
         for _ in range(12):
             out, took = timed(lambda: limiter.hit("k"))
             check_degraded(policy, out)
             durations.append(took)
-        # the first calls pay the timeout (bounded); once the breaker opens, nothing
+        # the first calls pay the timeout (bounded); once the breaker opens, no I/O at
+        # all (counted, not timed: a loaded machine gives the same count)
         assert max(durations) < TIMEOUT + MARGIN, durations
         assert all(d >= TIMEOUT * 0.8 for d in durations[:3]), durations
-        assert all(d < 0.05 for d in durations[3:]), durations
+        assert (stats.calls - sent, stats.short_circuited - short) == (3, 9), stats
         # half-open: one probe per cool-down pays the timeout again, the rest fail fast
-        time.sleep(COOLDOWN)
+        time.sleep(COOLDOWN)  # at least the cool-down, however loaded the machine
+        sent, short = stats.calls, stats.short_circuited
         probe = [timed(lambda: limiter.hit("k"))[1] for _ in range(3)]
-        assert TIMEOUT * 0.8 <= probe[0] < TIMEOUT + MARGIN and max(probe[1:]) < 0.05, probe
+        assert TIMEOUT * 0.8 <= probe[0] < TIMEOUT + MARGIN, probe
+        assert (stats.calls - sent, stats.short_circuited - short) == (1, 2), stats
     finally:
         server.resume()
     d = recover(lambda: limiter.hit("k"))
@@ -369,16 +382,21 @@ def test_script_flush_under_load(server_factory: Callable[..., RedisServer]) -> 
         t.start()
     try:
         with server.admin() as c:
+            sha = ONE[LIMIT.algorithm].sha
             for _ in range(10):
-                time.sleep(0.03)
+                # flush again once the workers have loaded the script again (seen by the
+                # server, not by the store's approximate counters): every flush is met
+                # by calls in flight, however fast the workers run
                 c.script_flush()
+                wait_until(lambda: c.script_exists(sha)[0], timeout=30, interval=0.001,
+                           what="the script loaded again after SCRIPT FLUSH")
     finally:
         stop.set()
         for t in threads:
             t.join()
     assert not failures and not errors, (failures, errors)
-    assert store.stats.noscript_reloads >= 5
-    assert count[0] > 50
+    # the store's counters are approximate under threads: the ten reloads were seen above
+    assert store.stats.noscript_reloads > 0 and count[0] > 0
     store.close()
 
 
