@@ -71,9 +71,14 @@ def _events(stream: IO[str]) -> Iterator[tuple[int, dict[str, Any] | str]]:
         yield lineno, ev
 
 
+#: A replay is not a request path: it waits for a slow store rather than fail over.
+REPLAY_TIMEOUT = 5.0
+
+
 def _open_store(url: str | None) -> Any:
     # A fresh namespace per run, on the trace's clock; keys expire on their own.
-    return open_store(url, prefix=f"rk-sim-{uuid.uuid4().hex[:12]}:", client_clock=True)
+    return open_store(url, prefix=f"rk-sim-{uuid.uuid4().hex[:12]}:", client_clock=True,
+                      timeout=REPLAY_TIMEOUT)
 
 
 def simulate(args: argparse.Namespace) -> int:

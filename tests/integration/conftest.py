@@ -223,6 +223,13 @@ def sentinel() -> Iterator[SentinelSetup]:
 # ---------------------------------------------------------------- stores (RedisStore tests)
 
 
+#: The per-call timeout of stores made for functional tests. The store's default (0.25 s) is
+#: a production budget; on a CI machine at load 5-10, a cluster pipeline that reloads its
+#: scripts on three nodes can take longer, and a functional test must not turn into a fault
+#: test because the machine is busy. Fault tests set their own small timeouts.
+FUNCTIONAL_TIMEOUT = 5.0
+
+
 class StoreTarget:
     """One place a `RedisStore` can run: the session's redis or valkey server (flushed), or
     the session's cluster (restored and flushed). Stores made here are closed at teardown,
@@ -244,6 +251,7 @@ class StoreTarget:
     def store(self, **options: object) -> RedisStore:
         from ratekeeper.stores.redis import RedisStore  # noqa: PLC0415
 
+        options.setdefault("timeout", FUNCTIONAL_TIMEOUT)
         s = RedisStore.from_url(self.url, **options)  # type: ignore[arg-type]
         self._stores.append(s)
         return s
@@ -251,6 +259,7 @@ class StoreTarget:
     def astore(self, **options: object) -> AsyncRedisStore:
         from ratekeeper.stores.redis import AsyncRedisStore  # noqa: PLC0415
 
+        options.setdefault("timeout", FUNCTIONAL_TIMEOUT)
         s = AsyncRedisStore.from_url(self.url, **options)  # type: ignore[arg-type]
         self._stores.append(s)
         return s

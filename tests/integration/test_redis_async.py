@@ -17,10 +17,11 @@ from ratekeeper.stores._base import AsyncStore
 from ratekeeper.stores.redis import AsyncRedisStore
 from ratekeeper.testing import ManualClock
 from tests.conformance.test_conformance import CASE_FILES, as_output, assert_agrees, limit_of, load
-from tests.integration.conftest import StoreTarget
+from tests.integration.conftest import FUNCTIONAL_TIMEOUT, StoreTarget
 
 
 def open_store(target: StoreTarget, **options: object) -> AsyncRedisStore:
+    options.setdefault("timeout", FUNCTIONAL_TIMEOUT)
     return AsyncRedisStore.from_url(target.url, prefix=f"rk-async-{uuid.uuid4().hex[:8]}:",
                                     **options)  # type: ignore[arg-type]
 
