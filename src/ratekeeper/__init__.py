@@ -23,16 +23,9 @@ from ._errors import (
     StoreUnavailable,
 )
 from ._rates import Rate, parse_rate
-from ._types import ALGORITHMS, Decision, Limit
-from .limiter import (
-    GLOBAL_KEY,
-    AsyncLimiter,
-    AsyncReservation,
-    FailurePolicy,
-    Limiter,
-    Reservation,
-    merge_decisions,
-)
+from ._types import ALGORITHMS, GLOBAL_KEY, Decision, Limit
+from .core import FailurePolicy, merge_decisions
+from .limiter import AsyncLimiter, AsyncReservation, Limiter, Reservation
 from .stores import AsyncStore, MemoryStore, Store
 
 __version__ = "0.1.0"

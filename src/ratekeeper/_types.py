@@ -15,7 +15,11 @@ from typing import Literal, NamedTuple
 from ._errors import InvalidCost, InvalidLimit
 from ._rates import Rate, parse_rate
 
-__all__ = ["ALGORITHMS", "Decision", "Limit", "check_cost"]
+__all__ = ["ALGORITHMS", "GLOBAL_KEY", "Decision", "Limit", "check_cost"]
+
+#: The key under which a ``scope="global"`` limit keeps its one counter, in every store and
+#: through every driver (the library, the middleware, the service, ``ratekeeper inspect``).
+GLOBAL_KEY = "*global*"
 
 AlgorithmName = Literal[
     "token-bucket",

@@ -40,8 +40,8 @@ from typing import Literal, NamedTuple
 from .._errors import InvalidCost, RateKeeperError
 from .._rates import Rate
 from .._types import Decision, Limit
+from ..core import CLOSED_RETRY_AFTER, merge_decisions
 from ..http.headers import ratelimit_headers, rejection_headers
-from ..limiter import CLOSED_RETRY_AFTER, merge_decisions
 from ..stores._base import AsyncStore, Check
 from ..stores.memory import MemoryStore
 from ._config import (

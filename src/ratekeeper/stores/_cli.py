@@ -24,9 +24,8 @@ import sys
 from typing import Any
 
 from .._errors import ConfigError, RateKeeperError
-from .._types import Limit
+from .._types import GLOBAL_KEY, Limit
 from ..cli import register
-from ..limiter import GLOBAL_KEY
 from ._url import open_store, scheme_of
 from .redis import DEFAULT_PREFIX, RedisStore
 

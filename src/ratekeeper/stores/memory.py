@@ -30,13 +30,13 @@ import itertools
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .._errors import InvalidLimit
 from .._types import Decision, Limit
 from ..algorithms import get as get_algorithm
-from ._base import Check
+from ._base import Check, HitHooks
 
 __all__ = ["MemoryStore"]
 
@@ -175,28 +175,24 @@ class MemoryStore:
     def decide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision:
         return self.decide(((limit, key, cost),), now)[0][0]
 
-    def bind_hit(
-        self,
-        limit: Limit,
-        clock: Callable[[], float],
-        check_key: Callable[[str], object],
-        slow: Callable[[str, float], Decision],
-    ) -> Callable[[str, float], Decision]:
+    def bind_hit(self, limit: Limit, hooks: HitHooks) -> Callable[[str, float], Decision]:
         """`Limiter.hit` for one limit on this store: the whole hot path in one function.
 
-        A key is validated (`check_key` raises `InvalidKey`) only when it is about to be
-        inserted: a key already in the table passed that check when it was inserted, so the
-        common case, a returning client, pays nothing for validation. Anything but a positive
-        int cost and a str key goes to `slow`, the limiter's general path.
+        A key is validated (``hooks.check_key`` raises `InvalidKey`) only when it is about to
+        be inserted: a key already in the table passed that check when it was inserted, so
+        the common case, a returning client, pays nothing for validation. Anything but a
+        positive int cost and a str key goes to ``hooks.slow``, the limiter's general path.
+        This store cannot fail, so it never calls ``hooks.failed``.
         """
         t = self._table(limit)
         data, decide, lock = t.data, t.decide, self._lock
         pop, acquire, release = data.pop, lock.acquire, lock.release
         after_insert = self._after_insert
+        clock, check_key, slow = hooks.clock, hooks.check_key, hooks.slow
 
         def hit(key: str, cost: float = 1) -> Decision:
             if cost.__class__ is not int or cost <= 0 or key.__class__ is not str:
-                return slow(key, cost)
+                return slow(key, cost)  # type: ignore[no-any-return]
             acquire()
             try:
                 state = pop(key, None)
@@ -222,8 +218,22 @@ class MemoryStore:
             finally:
                 release()
             if decision is None:
-                return slow(key, cost)  # validates the cost and says what is wrong
+                return slow(key, cost)  # type: ignore[no-any-return]  # says what is wrong
             return decision
+
+        return hit
+
+    def abind_hit(self, limit: Limit, hooks: HitHooks
+                  ) -> Callable[[str, float], Awaitable[Decision]]:
+        """`bind_hit` for `AsyncLimiter` (nothing here awaits: the lock is held for well
+        under a microsecond)."""
+        sync = self.bind_hit(limit, hooks._replace(slow=_Slow))
+
+        async def hit(key: str, cost: float = 1) -> Decision:
+            d = sync(key, cost)
+            if d is _SLOW:
+                return await hooks.slow(key, cost)  # type: ignore[no-any-return]
+            return d
 
         return hit
 
@@ -292,6 +302,14 @@ class MemoryStore:
 
     async def areset(self, limits: Sequence[Limit], key: str) -> None:
         self.reset(limits, key)
+
+
+#: What `abind_hit`'s synchronous half answers for "take the general (awaited) path".
+_SLOW: Any = Decision(False, 0, None, 0.0, 0.0)
+
+
+def _Slow(key: str, cost: float) -> Decision:  # noqa: N802
+    return _SLOW  # type: ignore[no-any-return]
 
 
 def _copy_table(old: _Table, limit: Limit) -> _Table:
