@@ -227,7 +227,7 @@ class MemoryStore:
                   ) -> Callable[[str, float], Awaitable[Decision]]:
         """`bind_hit` for `AsyncLimiter` (nothing here awaits: the lock is held for well
         under a microsecond)."""
-        sync = self.bind_hit(limit, hooks._replace(slow=_Slow))
+        sync = self.bind_hit(limit, hooks._replace(slow=_take_the_slow_path))
 
         async def hit(key: str, cost: float = 1) -> Decision:
             d = sync(key, cost)
@@ -308,7 +308,7 @@ class MemoryStore:
 _SLOW: Any = Decision(False, 0, None, 0.0, 0.0)
 
 
-def _Slow(key: str, cost: float) -> Decision:  # noqa: N802
+def _take_the_slow_path(key: str, cost: float) -> Decision:
     return _SLOW  # type: ignore[no-any-return]
 
 
