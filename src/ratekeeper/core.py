@@ -264,6 +264,16 @@ class Failure:
         share = f", share={self.share:g}" if self.policy == "local" else ""
         return f"Failure({self.policy!r}{share}, errors={self.errors})"
 
+    def set_share(self, share: float) -> None:
+        """Use `share` of each limit from now on (a service's reload may change it); the
+        fallback store's counters stay."""
+        if isinstance(share, bool) or not isinstance(share, (int, float)) \
+                or not (0 < share <= 1):
+            raise InvalidLimit(f"fallback_share must be in (0, 1], got {share!r}")
+        if share != self.share:
+            self.share = float(share)
+            self._shares.clear()
+
     @property
     def fallback(self) -> MemoryStore:
         """The local fallback store (created on first use)."""
@@ -350,6 +360,24 @@ def decide(store: Any, checks: list[Check], now: float, failure: Failure, *,
         failure.recovered()
     admitted = consume and all(d.allowed for d in decisions)
     return decisions, Ticket(store, checks, at) if admitted else None
+
+
+def hit(store: Any, checks: list[Check], now: float, failure: Failure) -> Plan[Decision]:
+    """Plan: decide and charge `checks` when no refund will be needed: the merged decision.
+
+    One check goes to the store's one-limit call (``decide_one``, its fastest); several to
+    `decide`, all-or-nothing."""
+    if len(checks) == 1:
+        try:
+            d: Decision = yield Op(store, "decide_one", (*checks[0], now))
+        except StoreError as e:
+            decisions, _ = yield from failure.decisions(checks, now, e)
+            return decisions[0]
+        if failure.failing:
+            failure.recovered()
+        return d
+    decisions, _ = yield from decide(store, checks, now, failure)
+    return merge_decisions(decisions)
 
 
 def refund(ticket: Ticket, now: float) -> Plan[None]:
