@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ratekeeper._types import GLOBAL_KEY
 from ratekeeper.cli import main
 from ratekeeper.service import Policies, PolicyError, check_file, load_policies, parse_policies
 from ratekeeper.service._config import counter_key, parse_policies_text
@@ -187,7 +188,7 @@ def test_counter_keys_are_one_to_one_and_printable() -> None:
     for k in keys:
         assert k.isprintable() and k.isascii() and not set(k) & set("{} ")
     assert counter_key([("user", "u"), ("op", "x")], ("user",)) == "user=u"
-    assert counter_key([("user", "u")], ()) == "*"
+    assert counter_key([("user", "u")], ()) == GLOBAL_KEY  # the library's, for inspect
     long = counter_key([("k", "v" * 500)], None)
     assert long.startswith("#") and len(long) == 65
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from ratekeeper import StoreUnavailable
+from ratekeeper import AsyncLimiter, Limit, StoreUnavailable
+from ratekeeper.core import FailurePolicy
 from ratekeeper.service import (
     Engine,
     InvalidRequest,
@@ -198,7 +199,7 @@ async def test_failure_policies(failure: str, allowed: bool,
         outs = [await e.check("d", [desc(("user", "v"))]) for _ in range(4)]
         assert [o.allowed for o in outs] == [True, True, True, False]
     store.down = False
-    with caplog.at_level(logging.INFO, "ratekeeper.service"):
+    with caplog.at_level(logging.INFO, "ratekeeper"):  # the core's logger decides and logs
         r = await e.check("d", [desc(("user", "u"))])
     assert r.allowed and not r.degraded
     assert "rate limit store recovered" in caplog.messages
@@ -352,3 +353,121 @@ async def test_an_override_counts_per_descriptor_and_unit_as_envoy_ratelimit() -
     assert [(await e.check("d", [o("u", 3)])).allowed for _ in range(2)] == [True, False]
     clock.set(60)  # t=60: the next minute
     assert (await e.check("d", [o("u", 2)])).allowed
+
+
+class DownStore:
+    """A store (sync and async protocols) whose every call fails as an unreachable one."""
+
+    default_clock = staticmethod(ManualClock())
+    uses_client_clock = True
+
+    def bind(self, limit: Limit) -> Any:
+        return lambda key, cost, now: self.decide_one(limit, key, cost, now)
+
+    def decide_one(self, limit: Limit, key: str, cost: float, now: float) -> Any:
+        raise StoreUnavailable("connection refused (test)")
+
+    def decide(self, checks: Sequence[Check], now: float, consume: bool = True) -> Any:
+        raise StoreUnavailable("connection refused (test)")
+
+    def refund(self, checks: Sequence[Check], now: float, at: float) -> None:
+        raise StoreUnavailable("connection refused (test)")
+
+    def reset(self, limits: Sequence[Limit], key: str) -> None:
+        raise StoreUnavailable("connection refused (test)")
+
+    async def adecide_one(self, limit: Limit, key: str, cost: float, now: float) -> Any:
+        return self.decide_one(limit, key, cost, now)
+
+    async def adecide(self, checks: Sequence[Check], now: float, consume: bool = True) -> Any:
+        return self.decide(checks, now, consume)
+
+    async def arefund(self, checks: Sequence[Check], now: float, at: float) -> None:
+        self.refund(checks, now, at)
+
+    async def areset(self, limits: Sequence[Limit], key: str) -> None:
+        self.reset(limits, key)
+
+
+ONE_LIMIT = """
+[service]
+failure = "{failure}"
+{share}
+
+[[domains.d.descriptors]]
+key = "user"
+limits = [{{ algorithm = "token-bucket", rate = "4/hour", burst = 4 }}]
+"""
+
+
+@pytest.mark.parametrize(("failure", "share"), [
+    ("open", 1.0), ("closed", 1.0), ("local", 1.0), ("local", 0.5)])
+async def test_store_down_gives_the_outcome_of_a_limiter_with_the_same_policy(
+        failure: FailurePolicy, share: float) -> None:
+    snap = parse_policies_text(ONE_LIMIT.format(
+        failure=failure, share=f"fallback_share = {share}" if share != 1 else ""))
+    e = Engine(lambda: snap, DownStore(), clock=ManualClock())  # type: ignore[arg-type]
+    (rule,) = snap.domains["d"].rules
+    lim = rule.limits[0].limit
+    limiter = AsyncLimiter(lim, DownStore(), clock=ManualClock(),  # type: ignore[arg-type]
+                           failure=failure, fallback_share=share)
+    # t=0: six requests of one user through each; every decision must be the same.
+    service = [(await e.check("d", [desc(("user", "u"))])).decision for _ in range(6)]
+    library = [await limiter.hit("user=u") for _ in range(6)]
+    assert service == library
+    assert all(d is not None and d.degraded for d in service)
+    admitted = sum(d.allowed for d in library)
+    assert admitted == {"open": 6, "closed": 0, "local": 4 if share == 1 else 2}[failure]
+
+
+class BuggyStore(MemoryStore):
+    """A store with a bug: not a store failure, an error of the code."""
+
+    async def adecide(self, checks: Sequence[Check], now: float,
+                      consume: bool = True) -> tuple[list[Any], float]:
+        raise ZeroDivisionError("a bug in the store (test)")
+
+
+async def test_a_bug_in_the_store_is_raised_not_answered_as_degraded(
+        caplog: pytest.LogCaptureFixture) -> None:
+    e, _ = engine(policies('failure = "open"'), store=BuggyStore())
+    with caplog.at_level(logging.WARNING), pytest.raises(ZeroDivisionError):
+        await e.check("d", [desc(("user", "u"))])
+    assert not any("rate limit store failed" in m for m in caplog.messages)
+    assert e.failure.errors == 0
+
+
+async def test_a_bug_in_the_store_is_a_500_over_http_logged_once_with_its_traceback(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import httpx  # noqa: PLC0415
+
+    from ratekeeper.service import Service, create_app  # noqa: PLC0415
+
+    path = tmp_path / "p.toml"
+    path.write_text(POLICIES.format(service="", domain=""))
+    service = Service(PolicyHolder(path), BuggyStore(), clock=ManualClock())
+    transport = httpx.ASGITransport(app=create_app(service))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        with caplog.at_level(logging.WARNING):
+            r = await client.post("/v1/check", json={"domain": "d",
+                                                     "descriptors": [{"user": "u"}]})
+    assert r.status_code == 500 and r.json()["title"] == "Internal Server Error"
+    errors = [rec for rec in caplog.records if rec.levelno >= logging.WARNING]
+    assert len(errors) == 1 and errors[0].exc_info is not None
+    assert errors[0].exc_info[0] is ZeroDivisionError
+
+
+async def test_global_counters_are_the_library_global_key() -> None:
+    store = MemoryStore()
+    clock = ManualClock()
+    snap = policies()
+    e = Engine(lambda: snap, store, clock=clock)
+    assert (await e.check("d", [desc(("tenant", "a"))])).allowed  # 1 of 2 per hour
+    (rule,) = [r for r in snap.domains["d"].rules if r.name == "tenant"]
+    lim = rule.limits[0].limit
+    assert lim.scope == "global"
+    # A library limiter on the same store and limit reads the same counter.
+    limiter = AsyncLimiter(lim, store, clock=clock)
+    assert (await limiter.peek("anyone")).remaining == 0  # a hit now takes the last one
+    assert (await limiter.hit("anyone")).allowed  # 2 of 2
+    assert not (await e.check("d", [desc(("tenant", "b"))])).allowed

@@ -37,12 +37,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, cast
+from typing import Any, cast
 from urllib.parse import quote
 
 from .._errors import ConfigError, RateKeeperError
 from .._rates import parse_rate
-from .._types import ALGORITHMS, Limit
+from .._types import ALGORITHMS, GLOBAL_KEY, Limit
+from ..core import FailurePolicy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -65,8 +66,9 @@ __all__ = [
     "parse_policies",
 ]
 
-FailureMode = Literal["open", "closed", "local"]
-FAILURE_MODES: tuple[FailureMode, ...] = ("open", "closed", "local")
+#: The failure policies a service may use: the core's `FailurePolicy` but ``"raise"`` (a
+#: check must get an answer; Envoy's own ``failure_mode_deny`` decides what an error means).
+SERVICE_FAILURES: tuple[FailurePolicy, ...] = ("open", "closed", "local")
 
 #: The algorithm of a limit that names none: envoyproxy/ratelimit's only one.
 DEFAULT_ALGORITHM = "fixed-window"
@@ -106,9 +108,11 @@ class ConfigIssue:
 class Settings:
     """Service-wide settings (the ``[service]`` table).
 
-    - `failure`: what to answer when the store cannot be reached: ``"open"`` admits (Envoy's
-      ``failure_mode_deny = false`` and envoyproxy/ratelimit's behaviour), ``"closed"`` rejects,
-      ``"local"`` decides on an in-process memory store.
+    - `failure`: what to answer when the store cannot be reached (the library's
+      `FailurePolicy`, decided by `ratekeeper.core.Failure`): ``"open"`` admits (Envoy's
+      ``failure_mode_deny = false`` and envoyproxy/ratelimit's behaviour), ``"closed"``
+      rejects, ``"local"`` decides on an in-process memory store holding `fallback_share` of
+      each limit (one replica of N: ``1/N``). ``"raise"`` is refused: a check needs an answer.
     - `shadow_mode`: every rule in shadow mode (envoyproxy/ratelimit's global ``SHADOW_MODE``).
     - `legacy_headers`: also send ``X-RateLimit-Limit/Remaining/Reset``.
     - `max_cost`: the largest cost (hits x rule cost) one descriptor may charge; above it a
@@ -117,7 +121,8 @@ class Settings:
       window of ``requests_per_unit`` per ``unit``), as envoyproxy/ratelimit does.
     """
 
-    failure: FailureMode = "open"
+    failure: FailurePolicy = "open"
+    fallback_share: float = 1.0
     shadow_mode: bool = False
     legacy_headers: bool = False
     max_cost: float = DEFAULT_MAX_COST
@@ -250,6 +255,7 @@ class Policies:
             "loaded_at": _iso(self.loaded_at),
             "service": {
                 "failure": self.settings.failure,
+                "fallback_share": _num(self.settings.fallback_share),
                 "shadow_mode": self.settings.shadow_mode,
                 "legacy_headers": self.settings.legacy_headers,
                 "max_cost": _num(self.settings.max_cost),
@@ -337,12 +343,14 @@ def counter_key(entries: Sequence[tuple[str, str]], by: tuple[str, ...] | None) 
     """The store key of a limit's counter for a descriptor's entries.
 
     ``key=value`` pairs joined by ``,``, every key and value %-encoded (so the mapping is
-    one-to-one and the key is printable ASCII with no braces); ``*`` for a global counter;
-    ``#`` and a SHA-256 when longer than `MAX_COUNTER_KEY`.
+    one-to-one and the key is printable ASCII with no braces); the library's `GLOBAL_KEY`
+    for a global counter (it has no ``=``, so no descriptor's key can be it, and
+    ``ratekeeper inspect`` and a `Limiter` on the same store see the same counter); ``#``
+    and a SHA-256 when longer than `MAX_COUNTER_KEY`.
     """
     sel = entries if by is None else [e for e in entries if e[0] in by]
     if not sel:
-        return "*"
+        return GLOBAL_KEY
     s = ",".join(f"{_q(k)}={_q(v)}" for k, v in sel)
     if len(s) > MAX_COUNTER_KEY:
         return "#" + hashlib.sha256(s.encode()).hexdigest()
@@ -401,7 +409,8 @@ def parse_policies(data: Mapping[str, Any], *, source: str = "<policies>",
 
 
 _TOP_KEYS = ("version", "service", "domains")
-_SERVICE_KEYS = ("failure", "shadow_mode", "legacy_headers", "max_cost", "allow_overrides")
+_SERVICE_KEYS = ("failure", "fallback_share", "shadow_mode", "legacy_headers", "max_cost",
+                 "allow_overrides")
 _DOMAIN_KEYS = ("description", "shadow_mode", "limits", "descriptors")
 _DESCRIPTOR_KEYS = ("key", "value", "name", "description", "limits", "unlimited",
                     "shadow_mode", "cost", "descriptors")
@@ -506,15 +515,37 @@ class _Builder:
             return Settings()
         self._unknown("service", tbl, _SERVICE_KEYS)
         failure = tbl.get("failure", "open")
-        if failure not in FAILURE_MODES:
+        if failure == "raise":
             self.err("service.failure",
-                     f"must be one of {', '.join(map(repr, FAILURE_MODES))}, got {failure!r}")
+                     "'raise' is the library's policy of raising StoreError to the caller; a "
+                     "service check must get an answer: choose one of "
+                     f"{', '.join(map(repr, SERVICE_FAILURES))} (Envoy's failure_mode_deny "
+                     "decides what a service error means)")
             failure = "open"
+        elif failure not in SERVICE_FAILURES:
+            self.err("service.failure",
+                     f"must be one of {', '.join(map(repr, SERVICE_FAILURES))}, got {failure!r}")
+            failure = "open"
+        share = 1.0
+        if "fallback_share" in tbl:
+            raw_share = tbl["fallback_share"]
+            got = self._positive("service.fallback_share", raw_share, "fallback_share")
+            if got is not None and got > 1:
+                self.err("service.fallback_share",
+                         f"must be at most 1 (the whole limit), got {raw_share!r}; one "
+                         "replica of N gets 1/N")
+            elif got is not None and failure != "local":
+                self.err("service.fallback_share",
+                         f"applies to failure = \"local\" only, and failure is {failure!r}: "
+                         "remove it or set failure = \"local\"")
+            elif got is not None:
+                share = got
         max_cost = DEFAULT_MAX_COST
         if "max_cost" in tbl:
             max_cost = self._positive("service.max_cost", tbl["max_cost"], "max_cost") or max_cost
         return Settings(
-            failure=cast(FailureMode, failure),
+            failure=cast(FailurePolicy, failure),
+            fallback_share=share,
             shadow_mode=self._bool("service", tbl, "shadow_mode"),
             legacy_headers=self._bool("service", tbl, "legacy_headers"),
             max_cost=max_cost,

@@ -19,8 +19,12 @@ One check, step by step:
    nothing is charged (unlike envoyproxy/ratelimit, whose fixed-window counters are bumped
    even for a rejected request). Shadow-mode checks are decided in a second call and can
    never reject.
-5. If the store fails, the failure policy decides (``open``, ``closed`` or ``local``), and
-   the result says ``degraded``.
+5. Both calls are the decision core's plans (`ratekeeper.core.decide`, run with
+   `core.arun`): if the store fails (a `StoreError`), the core's failure policy decides, as
+   for a `Limiter` with that policy (``open``, ``closed``, or ``local`` with the snapshot's
+   ``fallback_share``), and the result says ``degraded``. Shadow-mode checks fail ``open``.
+   Any other exception is a bug, not a store failure: it propagates (HTTP 500, gRPC
+   INTERNAL, logged once with its traceback by the transport).
 
 Time comes from the injected `clock` (the store's default: monotonic for memory, wall clock
 or server time for Redis); tests pass a `ManualClock`.
@@ -37,15 +41,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from .._errors import InvalidCost, RateKeeperError
+from .. import core
+from .._errors import InvalidCost, RateKeeperError, StoreError
 from .._rates import Rate
 from .._types import Decision, Limit
-from ..core import CLOSED_RETRY_AFTER, merge_decisions
+from ..core import FailurePolicy, merge_decisions
 from ..http.headers import ratelimit_headers, rejection_headers
 from ..stores._base import AsyncStore, Check
-from ..stores.memory import MemoryStore
 from ._config import (
-    FailureMode,
     Policies,
     PolicyLimit,
     Rule,
@@ -256,8 +259,11 @@ class Engine:
         self.clock: Callable[[], float] = clock or store.default_clock
         self.stats: Stats = NullStats() if stats is None else stats
         self.fallback_max_keys = fallback_max_keys
-        self._fallback: MemoryStore | None = None
-        self._failing = False
+        #: The one failure policy of this engine (the core's): its fallback store, its
+        #: degraded marking and its logging; each call passes the snapshot's policy.
+        self.failure = core.Failure("open", max_keys=fallback_max_keys,
+                                    on_error=self._on_store_error)
+        self._last_error = ""
         self._overrides: OrderedDict[tuple[str, int, str], Rule] = OrderedDict()
 
     def __repr__(self) -> str:
@@ -321,12 +327,14 @@ class Engine:
         results: dict[tuple[str, str], Decision] = {}
         degraded = False
         if enforced:
+            if settings.fallback_share != self.failure.share:  # a reload changed it
+                self.failure.set_share(settings.fallback_share)
             decisions, degraded = await self._decide(list(enforced.values()), now,
                                                      settings.failure)
             results.update(zip(enforced.keys(), decisions, strict=True))
         shadow_results: dict[tuple[str, str], Decision] = {}
         if shadow:
-            decisions, _ = await self._decide(list(shadow.values()), now, None)
+            decisions, _ = await self._decide(list(shadow.values()), now, "open")
             shadow_results.update(zip(shadow.keys(), decisions, strict=True))
 
         statuses: list[DescriptorStatus] = []
@@ -374,44 +382,22 @@ class Engine:
         )
 
     async def _decide(self, checks: list[Check], now: float,
-                      failure: FailureMode | None) -> tuple[list[Decision], bool]:
-        """One store call; on failure, the failure policy's decisions (None: shadow, admit)."""
+                      policy: FailurePolicy) -> tuple[list[Decision], bool]:
+        """One store call, through the core; on a `StoreError`, `policy`'s decisions."""
         t0 = time.perf_counter()
-        try:
-            decisions, _ = await self.store.adecide(checks, now, True)
-        except Exception as e:  # any store failure, not only StoreError: never crash a check
-            self.stats.store_call(time.perf_counter() - t0, type(e).__name__)
-            self._store_failed(e, failure)
-            if failure is not None:
-                self.stats.failure_policy(failure)
-            return self._degraded(checks, now, failure), True
-        self.stats.store_call(time.perf_counter() - t0, None)
-        if self._failing:
-            self._failing = False
-            log.info("rate limit store recovered", extra={"event": "store_recovered"})
-        return decisions, False
+        decisions, _ = await core.arun(core.decide(self.store, checks, now, self.failure,
+                                                   policy=policy))
+        seconds = time.perf_counter() - t0
+        if not decisions[0].degraded:  # the store answered (the policy marks all degraded)
+            self.stats.store_call(seconds, None)
+            return decisions, False
+        # The error's type, as the core's on_error hook last saw it (a metric label).
+        self.stats.store_call(seconds, self._last_error)
+        self.stats.failure_policy(policy)
+        return decisions, True
 
-    def _store_failed(self, exc: BaseException, failure: FailureMode | None) -> None:
-        if not self._failing:
-            self._failing = True
-            log.warning(
-                "rate limit store failed (%s: %s); failure policy %r decides until it recovers",
-                type(exc).__name__, exc, failure or "open (shadow)",
-                extra={"event": "store_failed", "error": type(exc).__name__},
-                exc_info=not isinstance(exc, RateKeeperError),
-            )
-
-    def _degraded(self, checks: list[Check], now: float,
-                  failure: FailureMode | None) -> list[Decision]:
-        if failure == "local":
-            if self._fallback is None:
-                self._fallback = MemoryStore(max_keys=self.fallback_max_keys)
-            decisions, _ = self._fallback.decide(checks, now, True)
-            return [d._replace(degraded=True) for d in decisions]
-        if failure == "closed":
-            return [Decision(False, 0, CLOSED_RETRY_AFTER, CLOSED_RETRY_AFTER, 0.0, lim, True)
-                    for lim, _, _ in checks]
-        return [Decision(True, lim.quota, 0.0, 0.0, 0.0, lim, True) for lim, _, _ in checks]
+    def _on_store_error(self, exc: BaseException) -> None:
+        self._last_error = type(exc).__name__
 
     def _override_rule(self, domain: str, d: DescriptorRequest) -> Rule:
         """The rule for an Envoy `limit` override: a fixed window of `requests_per_unit`.
@@ -442,10 +428,12 @@ class Engine:
         return rule
 
     async def probe(self, timeout: float = 2.0) -> str | None:
-        """Ask the store a harmless question (a peek); None if it answered, else the error."""
+        """Ask the store a harmless question (a peek); None if it answered, else the error.
+
+        Only a store failure (or the timeout) is an answer here; a bug propagates."""
         try:
             await asyncio.wait_for(
                 self.store.adecide([(_PROBE, "probe", 1.0)], self.clock(), False), timeout)
-        except Exception as e:
+        except (StoreError, asyncio.TimeoutError) as e:
             return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         return None
