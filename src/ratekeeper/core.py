@@ -264,6 +264,16 @@ class Failure:
         share = f", share={self.share:g}" if self.policy == "local" else ""
         return f"Failure({self.policy!r}{share}, errors={self.errors})"
 
+    def set_share(self, share: float) -> None:
+        """Use `share` of each limit from now on (a service's reload may change it); the
+        fallback store's counters stay."""
+        if isinstance(share, bool) or not isinstance(share, (int, float)) \
+                or not (0 < share <= 1):
+            raise InvalidLimit(f"fallback_share must be in (0, 1], got {share!r}")
+        if share != self.share:
+            self.share = float(share)
+            self._shares.clear()
+
     @property
     def fallback(self) -> MemoryStore:
         """The local fallback store (created on first use)."""
