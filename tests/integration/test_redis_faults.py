@@ -650,7 +650,7 @@ def test_sentinel_url(sentinel: SentinelSetup) -> None:
     limiter = Limiter(Limit("fixed-window", "2/h"), store, clock=lambda: 5.0, failure="raise")
     assert [limiter.hit("k").allowed for _ in range(3)] == [True, True, False]
     with sentinel.primary.client() as c:
-        assert c.exists("rk-sentinel:{k}:fixed-window-2/h") == 1
+        assert c.exists("rk-sentinel:{k}:fixed-window-2/h:fw") == 1
         assert_all_keys_have_ttl(c)
     store.close()
 

@@ -40,8 +40,9 @@ from ratekeeper import (
 )
 from ratekeeper.algorithms import get
 from ratekeeper.cli import main
+from ratekeeper.core import FailurePolicy
 from ratekeeper.stores._base import Store
-from ratekeeper.stores.redis import KeyState, RedisStore
+from ratekeeper.stores.redis import KeyState, RedisStore, split_state_key
 from ratekeeper.testing import ManualClock
 from tests.conformance.test_conformance import (
     CASE_FILES,
@@ -96,6 +97,49 @@ def test_simulate_cli_with_store(target: StoreTarget, path: Path, tmp_path: Path
     assert rc == 0, err
     outs = [json.loads(line) for line in out.splitlines() if line.strip().startswith("{")]
     assert_agrees(case, outs)
+
+
+# -- a limit's state is named by its algorithm ----------------------------------------------
+
+
+def _switching_algorithms_starts_fresh(store: Any, failure: FailurePolicy) -> None:
+    """A reload that keeps a limit's name but changes its algorithm: the new limit decides
+    on a fresh state at once (normal decisions, not degraded ones), on its own and in a
+    composite, and switching back finds the old algorithm's state where it was."""
+    clock = ManualClock(10.0)
+    other = Limit("fixed-window", "100/h", name="hourly")
+    before = Limit("gcra", "2/s", burst=2, name="api")
+    after = Limit("token-bucket", "2/s", burst=3, name="api")
+
+    def limiter(limits: Limit | list[Limit]) -> Limiter:
+        return Limiter(limits, store, clock=clock, failure=failure)
+
+    old = limiter(before)
+    assert [old.hit("k").allowed for _ in range(3)] == [True, True, False]
+    assert not limiter([before, other]).hit("k").allowed
+    for limits in (after, [after, other]):
+        d = limiter(limits).hit("k")
+        assert d.allowed and not d.degraded, d
+        assert d.limit in (after, other)
+    d = limiter(after).hit("k")
+    assert d.allowed and not d.degraded and d.remaining == 0, d  # its own bucket of 3
+    back = limiter(before).hit("k")
+    assert not back.allowed and not back.degraded, back  # gcra's state was kept apart
+
+
+@pytest.mark.parametrize("deny_cache", [False, True], ids=["", "deny-cache"])
+@pytest.mark.parametrize("failure", ["raise", "open"])
+def test_changing_a_limits_algorithm_under_its_name_starts_fresh(target: StoreTarget,
+                                                                failure: FailurePolicy,
+                                                                deny_cache: bool) -> None:
+    _switching_algorithms_starts_fresh(
+        target.store(client_clock=True, prefix=fresh_prefix(), deny_cache=deny_cache), failure)
+
+
+@pytest.mark.parametrize("failure", ["raise", "open"])
+def test_changing_a_limits_algorithm_under_its_name_starts_fresh_in_memory(
+        failure: FailurePolicy) -> None:
+    _switching_algorithms_starts_fresh(MemoryStore(), failure)
 
 
 # -- the unit step tables, through Redis ----------------------------------------------------
@@ -214,13 +258,22 @@ def test_key_layout_and_hash_tags(target: StoreTarget) -> None:
     glob = Limit("gcra", "100/s", scope="global", name="site")
     limiter = Limiter([per_key, hourly, glob], store, clock=ManualClock(5.0))
     assert limiter.hit("user42").allowed
-    assert store.state_key(per_key, "user42") == f"rk:{{user42}}:{per_key.name}"
+    assert store.state_key(per_key, "user42") == f"rk:{{user42}}:{per_key.name}:gcra"
     keys = sorted(k.decode() for k in _all_keys(target))
     assert keys == sorted([
-        f"rk:{{user42}}:{per_key.name}",
-        f"rk:{{user42}}:{hourly.name}",
-        f"rk:{{{GLOBAL_KEY}}}:site",
+        f"rk:{{user42}}:{per_key.name}:gcra",
+        f"rk:{{user42}}:{hourly.name}:fw",
+        f"rk:{{{GLOBAL_KEY}}}:site:gcra",
     ])
+    # the key names the algorithm: every algorithm's tag, and back
+    tags = {}
+    for algo in ("token-bucket", "gcra", "leaky-bucket", "fixed-window",
+                 "sliding-window-log", "sliding-window-counter"):
+        rkey = store.state_key(Limit(algo, "1/s", name="a:b"), "k")
+        assert split_state_key(rkey) == ("a:b", algo), rkey
+        tags[algo] = rkey.rsplit(":", 1)[1]
+    assert len(set(tags.values())) == 6, tags
+    assert split_state_key(f"rk:{{k}}:{per_key.name}") is None  # a key of an older version
     # a key's limits share one slot; braces and % in keys cannot break the tag
     for key in ("user42", "}x", "a}b", "%7D", "{", "}", "a{b}c"):
         slots = {redis.cluster.key_slot(store.state_key(lim, key).encode())
@@ -641,12 +694,18 @@ def test_inspect_cli(target: StoreTarget, capsys: pytest.CaptureFixture[str]) ->
     out, err = capsys.readouterr()
     assert rc == 0, err
     (row,) = json.loads(out)
-    assert row["limit"] == "api" and row["redis_key"] == "rk:{user7}:api"
+    assert row["limit"] == "api" and row["redis_key"] == "rk:{user7}:api:gcra"
     assert row["state"] == 100.5 and row["remaining"] == 14 and row["ttl"] > 0
     rc = main(["inspect", "user7", "--store", target.url])
     out, err = capsys.readouterr()
     assert rc == 0, err
-    assert "rk:{user7}:api" in out and "string" in out
+    assert "rk:{user7}:api:gcra" in out and "string" in out and "limit api (gcra)" in out
+    rc = main(["inspect", "user7", "--store", target.url, "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    (row,) = json.loads(out)
+    assert (row["redis_key"], row["limit"], row["algorithm"]) == ("rk:{user7}:api:gcra", "api",
+                                                                  "gcra")
     rc = main(["inspect", "nobody", "--store", target.url])
     out, err = capsys.readouterr()
     assert rc == 0 and "no state" in out

@@ -6,8 +6,9 @@ With ``--limit`` (repeatable), each limit's state for KEY is read and decoded as
 algorithm holds it, with its TTL and the decision a request of cost 1 would get now
 (``remaining``; nothing is charged). SPEC is ``"ALGORITHM RATE [burst=N] [nodelay]
 [delay=D] [name=NAME] [scope=global]"``, e.g. ``"gcra 10/s burst=20 name=api"``; the name
-must be the one the application uses (it is part of the key). Without ``--limit``, every
-key stored for KEY under the prefix is listed raw (type, TTL, value).
+must be the one the application uses (it is part of the key, with the algorithm). Without
+``--limit``, every key stored for KEY under the prefix is listed raw (the limit name and
+algorithm its key names, type, TTL, value).
 
 Remaining is computed on the server's clock, or at ``--now T`` (seconds) for a namespace
 written on a client clock, such as a simulation's.
@@ -27,7 +28,7 @@ from .._errors import ConfigError, RateKeeperError
 from .._types import GLOBAL_KEY, Limit
 from ..cli import register
 from ._url import open_store, scheme_of
-from .redis import DEFAULT_PREFIX, RedisStore
+from .redis import DEFAULT_PREFIX, RedisStore, split_state_key
 
 __all__ = ["parse_limit_spec"]
 
@@ -126,15 +127,21 @@ def _run(args: argparse.Namespace) -> int:
                           file=out)
             return 0
         found = store.scan(args.key)
+        # A state key names its limit and algorithm; None for keys this version did not write.
+        named = [split_state_key(k) or (None, None) for k, _, _, _ in found]
         if args.json:
-            print(json.dumps([{"redis_key": k, "type": t, "ttl": ttl, "raw": raw}
-                              for k, t, ttl, raw in found]), file=out)
+            print(json.dumps([{"redis_key": k, "limit": name, "algorithm": algo, "type": t,
+                               "ttl": ttl, "raw": raw}
+                              for (k, t, ttl, raw), (name, algo) in zip(found, named,
+                                                                         strict=True)]),
+                  file=out)
         elif not found:
             print(f"no state for {args.key!r} under prefix {args.prefix!r}", file=out)
         else:
-            for k, kind, ttl, raw in found:
+            for (k, kind, ttl, raw), (name, algo) in zip(found, named, strict=True):
                 life = "NO EXPIRY" if ttl is None else f"ttl {ttl:.3f}s"
-                print(f"{k}  {kind}  {life}  {raw!r}", file=out)
+                what = f"limit {name} ({algo})" if name is not None else "not a state key"
+                print(f"{k}  {what}  {kind}  {life}  {raw!r}", file=out)
             print("(pass --limit SPEC to decode the state and compute remaining)", file=out)
         return 0
     except RateKeeperError as e:

@@ -17,8 +17,8 @@ import hashlib
 from importlib import resources
 from typing import NamedTuple
 
-__all__ = ["ALGORITHM_IDS", "CHECK", "ONE", "ONE_FAST", "REFUND", "STATE", "Script",
-           "lua_source"]
+__all__ = ["ALGORITHM_IDS", "ALGORITHM_TAGS", "CHECK", "ONE", "ONE_FAST", "REFUND", "STATE",
+           "Script", "lua_source"]
 
 #: Algorithm id passed in ARGV (see check.lua), by `Limit.algorithm`.
 ALGORITHM_IDS: dict[str, int] = {
@@ -28,6 +28,18 @@ ALGORITHM_IDS: dict[str, int] = {
     "fixed-window": 4,
     "sliding-window-log": 5,
     "sliding-window-counter": 6,
+}
+
+#: The short name of each algorithm that ends its state's Redis key
+#: (``{prefix}{<key>}:<limit name>:<tag>``): a limit whose algorithm changes under the same
+#: name (a reloaded policy) starts on a key of its own instead of the old algorithm's state.
+ALGORITHM_TAGS: dict[str, str] = {
+    "token-bucket": "tb",
+    "gcra": "gcra",
+    "leaky-bucket": "lb",
+    "fixed-window": "fw",
+    "sliding-window-log": "swl",
+    "sliding-window-counter": "swc",
 }
 
 #: The Lua file of each algorithm, by `Limit.algorithm`.

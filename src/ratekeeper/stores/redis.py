@@ -13,7 +13,9 @@ Theory of operation
   function), and, only if every limit admits, writes every state with a PEXPIRE taken from
   the algorithm's ``ttl``. It is sent with EVALSHA; a NOSCRIPT answer (server restarted,
   ``SCRIPT FLUSH``, failover) is followed by one EVAL, which also caches the script again.
-* **Keys.** ``{prefix}{<key>}:<limit name>``, e.g. ``rk:{user42}:gcra-10per s-b20``. The
+* **Keys.** ``{prefix}{<key>}:<limit name>:<algorithm tag>``, e.g.
+  ``rk:{user42}:gcra-10/s-b20:gcra``: a state means something only to its algorithm, so a
+  limit whose algorithm changes under the same name starts fresh, as in memory. The
   braces are a hash tag: every per-key limit of one key lives in one cluster slot, so a
   composite check of them is one script. ``scope="global"`` limits are checked under the
   limiter's global key (``{*global*}``), a slot of their own. ``%`` and ``}`` in keys are
@@ -82,7 +84,7 @@ from .._types import Decision, Limit
 from ..algorithms._common import new_decision
 from ..algorithms.leaky_bucket import params as leaky_params
 from ._base import Check
-from ._lua import ALGORITHM_IDS, CHECK, ONE, ONE_FAST, REFUND, STATE, Script
+from ._lua import ALGORITHM_IDS, ALGORITHM_TAGS, CHECK, ONE, ONE_FAST, REFUND, STATE, Script
 from ._url import VALID_FORMS, redact
 
 __all__ = [
@@ -93,6 +95,7 @@ __all__ = [
     "KeyState",
     "RedisStore",
     "RedisStoreStats",
+    "split_state_key",
 ]
 
 log = logging.getLogger("ratekeeper.redis")
@@ -326,10 +329,15 @@ class RedisStoreStats:
         return "RedisStoreStats(" + ", ".join(f"{k}={v}" for k, v in self.as_dict().items()) + ")"
 
 
+#: A state's identity in the deny cache: (limit name, algorithm, key).
+_Ident = tuple[str, str, str]
+
+
 class _DenyCache:
     """Rejections remembered until the earliest time the same check could pass.
 
-    Keyed by the checks' ``(limit name, key)`` pairs. An entry made at local time ``t0``
+    Keyed by the checks' ``(limit name, algorithm, key)``: the state's identity, as in its
+    Redis key. An entry made at local time ``t0``
     answers a later check at ``t`` with costs each >= the cached ones while
     ``t < t0 + min(retry_after of the rejecting limits)``: until then every limit that
     rejected still rejects (a larger cost can only wait longer), so the whole check is
@@ -338,14 +346,14 @@ class _DenyCache:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._data: dict[tuple[tuple[str, str], ...], tuple[float, float, tuple[float, ...],
+        self._data: dict[tuple[_Ident, ...], tuple[float, float, tuple[float, ...],
                                                                 list[Decision]]] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._data)
 
-    def get(self, ck: tuple[tuple[str, str], ...], costs: tuple[float, ...],
+    def get(self, ck: tuple[_Ident, ...], costs: tuple[float, ...],
             t: float) -> list[Decision] | None:
         entry = self._data.get(ck)
         if entry is None:
@@ -367,7 +375,7 @@ class _DenyCache:
             for d in decisions
         ]
 
-    def put(self, ck: tuple[tuple[str, str], ...], costs: tuple[float, ...], t0: float,
+    def put(self, ck: tuple[_Ident, ...], costs: tuple[float, ...], t0: float,
             decisions: list[Decision]) -> None:
         waits = [d.retry_after for d in decisions if not d.allowed]
         if not waits or any(w is None for w in waits):
@@ -382,7 +390,7 @@ class _DenyCache:
                 del data[next(iter(data))]  # oldest first
             data[ck] = (t0 + wait, t0, costs, decisions)
 
-    def forget(self, pairs: set[tuple[str, str]]) -> None:
+    def forget(self, pairs: set[_Ident]) -> None:
         """Drop every entry that involves one of `pairs` (after a refund or reset)."""
         with self._lock:
             for ck in [ck for ck in self._data if any(p in pairs for p in ck)]:
@@ -425,6 +433,22 @@ def _encode_key(key: str) -> str:
     if "}" in key:
         key = key.replace("}", "%7D")
     return key
+
+
+def _suffix(limit: Limit) -> str:
+    """What follows a state key's hash tag: ``:<limit name>:<algorithm tag>``."""
+    return f":{limit.name}:{ALGORITHM_TAGS[limit.algorithm]}"
+
+
+def split_state_key(rkey: str) -> tuple[str, str] | None:
+    """``(limit name, algorithm)`` of a state key found under a prefix, or None for a key
+    this store did not write (e.g. one from before algorithm tags)."""
+    name, sep, tag = rkey.rpartition("}:")[2].rpartition(":")
+    algorithm = _ALGORITHM_OF_TAG.get(tag)
+    return (name, algorithm) if sep and algorithm is not None else None
+
+
+_ALGORITHM_OF_TAG = {tag: algo for algo, tag in ALGORITHM_TAGS.items()}
 
 
 def _glob_escape(text: str) -> str:
@@ -536,8 +560,10 @@ class _RedisCore:
     # -- keys and arguments ---------------------------------------------------------------
 
     def state_key(self, limit: Limit, key: str) -> str:
-        """The Redis key holding `limit`'s state for `key`: ``{prefix}{<key>}:<limit name>``."""
-        return f"{self.prefix}{{{_encode_key(key)}}}:{limit.name}"
+        """The Redis key holding `limit`'s state for `key`:
+        ``{prefix}{<key>}:<limit name>:<algorithm tag>`` (the state means something only
+        to its algorithm, so a limit that changes algorithm under its name starts fresh)."""
+        return f"{self.prefix}{{{_encode_key(key)}}}{_suffix(limit)}"
 
     def _limit_args(self, limit: Limit) -> list[str]:
         """Algorithm id, p1, p2, p3 of `limit` (see the Lua files), cached per Limit object."""
@@ -917,7 +943,7 @@ class _RedisCore:
 
     def _cached(self, checks: Sequence[Check], t: float) -> list[Decision] | None:
         assert self._deny is not None
-        ck = tuple((limit.name, key) for limit, key, _ in checks)
+        ck = tuple((limit.name, limit.algorithm, key) for limit, key, _ in checks)
         hit = self._deny.get(ck, tuple(c for _, _, c in checks), t)
         if hit is not None:
             self.stats.deny_cache_hits += 1
@@ -926,14 +952,14 @@ class _RedisCore:
     def _remember(self, checks: Sequence[Check], t: float, decisions: list[Decision]) -> None:
         assert self._deny is not None
         if not all(d.allowed for d in decisions):
-            ck = tuple((limit.name, key) for limit, key, _ in checks)
+            ck = tuple((limit.name, limit.algorithm, key) for limit, key, _ in checks)
             self._deny.put(ck, tuple(float(c) for _, _, c in checks), t, decisions)
 
     def _forget(self, limits: Sequence[Limit], key: str | None,
                 checks: Sequence[Check] = ()) -> None:
         if self._deny is not None:
-            pairs = {(lim.name, key) for lim in limits if key is not None}
-            pairs |= {(lim.name, k) for lim, k, _ in checks}
+            pairs = {(lim.name, lim.algorithm, key) for lim in limits if key is not None}
+            pairs |= {(lim.name, lim.algorithm, k) for lim, k, _ in checks}
             self._deny.forget(pairs)
 
 
@@ -1246,7 +1272,7 @@ class RedisStore(_RedisCore):
         params = tuple(a.encode() for a in self._one_params(limit))
         script = ONE[limit.algorithm]
         sha, text = script.sha, script.text
-        head, tail = self.prefix + "{", "}:" + limit.name
+        head, tail = self.prefix + "{", "}" + _suffix(limit)
         client_clock = self.uses_client_clock
         min_ms = self._min_ms.encode()
         grace_ms = (self._grace_ms if client_clock else "0").encode()
