@@ -1,0 +1,202 @@
+"""redis-py clients for the stores: URL -> client, the fail-fast cluster classes, and which
+client exceptions mean "unavailable".
+
+Imported first by the package: a missing redis-py says what to install."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Mapping
+from typing import Any, Literal, NamedTuple
+from urllib.parse import unquote
+
+try:
+    import redis
+    import redis.asyncio
+    import redis.asyncio.cluster
+    import redis.asyncio.sentinel
+    import redis.cluster
+    import redis.exceptions as rex
+    import redis.sentinel
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f"the Redis store needs redis-py ({e}); install it with: pip install 'ratekeeper[redis]' "
+        "(or 'ratekeeper[hiredis]' for the faster parser)"
+    ) from e
+
+from ..._errors import ConfigError
+from .._url import VALID_FORMS, redact
+
+_asyncio_timeout: Any = getattr(asyncio, "timeout", None)
+
+# redis-py leaves these untyped; called through Any so mypy --strict accepts them.
+_SyncSentinel: Any = redis.sentinel.Sentinel
+_AsyncSentinel: Any = redis.asyncio.sentinel.Sentinel
+
+
+class ClusterDownReply(rex.ResponseError):
+    """``-CLUSTERDOWN`` / ``-MASTERDOWN`` from a node of the store's own cluster client.
+
+    redis-py's cluster client sleeps 0.25 s on a `ClusterDownError` and then retries, so
+    during a failover a call on a *healthy* primary's slot took 0.51 s although the node
+    had answered in a millisecond. Re-raised under this class it is neither slept on nor
+    retried: the call fails at once as unavailable, and the breaker and the failure
+    policy decide.
+    """
+
+
+def _fail_fast_read(cls: type[Any]) -> type[Any]:
+    """`cls` (a redis-py connection class) whose CLUSTERDOWN/MASTERDOWN replies raise
+    `ClusterDownReply` instead."""
+
+    def read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super(sub, self).read_response(*args, **kwargs)
+        except rex.ClusterDownError as e:  # MasterDownError too
+            code = "MASTERDOWN" if isinstance(e, rex.MasterDownError) else "CLUSTERDOWN"
+            raise ClusterDownReply(f"{code} {e}") from None
+
+    sub: type[Any] = type(cls.__name__, (cls,), {"read_response": read_response})
+    return sub
+
+
+_FAIL_FAST: dict[type[Any], type[Any]] = {}
+
+
+class _FailFastPool(redis.ConnectionPool):
+    """The node pools of the store's cluster client (plain or TLS connections alike)."""
+
+    def __init__(self, connection_class: type[Any] = redis.connection.Connection,
+                 **kwargs: Any) -> None:
+        sub = _FAIL_FAST.get(connection_class)
+        if sub is None:
+            sub = _FAIL_FAST[connection_class] = _fail_fast_read(connection_class)
+        super().__init__(connection_class=sub, **kwargs)
+
+
+class _StoreCluster(redis.cluster.RedisCluster):
+    """The cluster client `from_url` builds: it retries (once, after refreshing the
+    topology) only what fails at once, a refused or reset connection or a slot not in
+    its table yet, never a timeout: so a call takes at most one timeout, not two."""
+
+    # redis-py types it as its own default's tuple; any tuple of classes works
+    ERRORS_ALLOW_RETRY = (rex.ConnectionError, rex.SlotNotCoveredError)  # type: ignore[assignment]
+
+
+#: Client exceptions that mean "the server cannot serve this now", not "bad request".
+#: Classified by type: redis-py strips the code of the replies it maps to a class
+#: (``-OOM ...`` arrives as `OutOfMemoryError` with the text after "OOM").
+_UNAVAILABLE_TYPES: tuple[type[BaseException], ...] = (
+    rex.ConnectionError,  # includes BusyLoadingError (LOADING), AuthenticationError,
+    rex.TimeoutError,     # MasterNotFoundError
+    rex.ClusterDownError,  # CLUSTERDOWN, and MasterDownError (MASTERDOWN)
+    rex.TryAgainError,  # TRYAGAIN
+    rex.ReadOnlyError,  # READONLY (a replica, or a primary demoted by a failover)
+    rex.OutOfMemoryError,  # OOM (maxmemory reached under noeviction)
+    rex.AskError,  # ASK and MovedError (MOVED): redirects the client did not follow
+    rex.SlotNotCoveredError,
+    ClusterDownReply,
+    rex.RedisClusterException,  # "cannot connect to any node", topology failures
+    OSError,
+    asyncio.TimeoutError,
+    TimeoutError,
+)
+#: Reply codes of refusals that redis-py has no class for (the reply keeps its code):
+#: a script of another client running too long, and too few replicas for a write.
+_UNAVAILABLE_CODES = frozenset({"BUSY", "NOREPLICAS"})
+
+
+class _Target(NamedTuple):
+    kind: Literal["standalone", "cluster", "sentinel"]
+    url: str  # for standalone / cluster: a URL redis-py understands
+    sentinels: list[tuple[str, int]]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+    ssl: bool
+
+
+def _parse_target(url: str, cluster: bool | None) -> _Target:
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigError(
+            f"not a Redis URL: {url!r}; use redis://host:port/db, rediss://..., unix:///path, "
+            "redis+cluster://host:port or redis+sentinel://host:port/mastername"
+        )
+    scheme, rest = url.split("://", 1)
+    scheme = scheme.lower()
+    if scheme in ("redis+cluster", "rediss+cluster"):
+        if cluster is False:
+            raise ConfigError(f"{url!r} names a cluster but cluster=False was given")
+        return _Target("cluster", scheme.split("+")[0] + "://" + rest, [], "", 0, None, None,
+                       scheme.startswith("rediss"))
+    if scheme in ("redis+sentinel", "rediss+sentinel"):
+        userinfo, _, hostpart = rest.rpartition("@")
+        username = password = None
+        if userinfo:
+            user, _, pw = userinfo.partition(":")
+            username, password = unquote(user) or None, unquote(pw) or None
+        hostpart = hostpart.split("?", 1)[0]
+        hosts, _, path = hostpart.partition("/")
+        parts = [p for p in path.split("/") if p]
+        if not parts:
+            raise ConfigError(
+                f"a sentinel URL needs the master's name: redis+sentinel://host:port/mymaster, "
+                f"got {url!r}"
+            )
+        try:
+            db = int(parts[1]) if len(parts) > 1 else 0
+            sentinels = []
+            for h in hosts.split(","):
+                host, _, port = h.rpartition(":") if ":" in h else (h, "", "26379")
+                sentinels.append((host.strip("[]"), int(port)))
+        except ValueError:
+            raise ConfigError(
+                f"cannot parse sentinel URL {url!r}: ports and the db are numbers"
+            ) from None
+        return _Target("sentinel", url, sentinels, unquote(parts[0]), db, username, password,
+                       scheme.startswith("rediss"))
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(
+            f"unsupported URL scheme {scheme!r} in {redact(url)!r}; use {VALID_FORMS}")
+    if cluster:
+        if scheme == "unix":
+            raise ConfigError("Redis Cluster does not work over unix sockets")
+        return _Target("cluster", url, [], "", 0, None, None, scheme == "rediss")
+    return _Target("standalone", url, [], "", 0, None, None, scheme == "rediss")
+
+
+
+
+def _client_kwargs(timeout: float, connect_timeout: float | None,
+                   options: Mapping[str, Any] | None) -> dict[str, Any]:
+    kw: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": connect_timeout if connect_timeout is not None else timeout,
+    }
+    kw.update(options or {})
+    return kw
+
+
+def _check_timeout(timeout: Any) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not 0 < timeout < math.inf:
+        raise ConfigError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    return float(timeout)
+
+
+def _describe_client(client: Any) -> str:
+    try:
+        if isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)):
+            nodes = client.get_nodes() if hasattr(client, "get_nodes") else []
+            first = nodes[0].name if nodes else "?"
+            return f"cluster {first}"
+        kw = client.connection_pool.connection_kwargs
+        if "path" in kw:
+            return f"unix://{kw['path']}"
+        if "service_name" in getattr(client.connection_pool, "__dict__", {}):
+            return f"sentinel master {client.connection_pool.service_name}"
+        return f"redis://{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
+    except Exception:
+        return type(client).__name__

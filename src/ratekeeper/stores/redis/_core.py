@@ -1,0 +1,632 @@
+"""Everything about the Redis stores that is not I/O (sans-I/O): keys, argument encoding,
+reply parsing, and the plans the sync and async drivers execute."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, NamedTuple, TypeVar
+
+import redis.exceptions as rex
+from redis.crc import key_slot
+
+from ..._errors import ConfigError, StoreError, StoreUnavailable
+from ..._types import Decision, Limit
+from ...algorithms._common import new_decision
+from ...algorithms.leaky_bucket import params as leaky_params
+from .._base import Check
+from .._lua import ALGORITHM_IDS, ALGORITHM_TAGS, CHECK, ONE, ONE_FAST, REFUND, STATE, Script
+from ._breaker import CircuitBreaker
+from ._client import _UNAVAILABLE_CODES, _UNAVAILABLE_TYPES
+from ._deny import _DenyCache
+
+log = logging.getLogger("ratekeeper.redis")
+
+#: Key prefix used when none is given.
+DEFAULT_PREFIX = "rk:"
+#: Seconds a decision may take (socket read and connect timeout of clients built from a URL).
+DEFAULT_TIMEOUT = 0.25
+#: Minimum key lifetime (real seconds) in client-clock mode; see the module docstring.
+CLIENT_CLOCK_MIN_TTL = 60.0
+
+T = TypeVar("T")
+
+class _Call(NamedTuple):
+    """One command a plan wants run: a script (EVALSHA/EVAL) or, with no script, DEL."""
+
+    script: Script | None
+    keys: list[str]
+    args: list[str]
+
+
+_Plan = Generator[_Call, Any, T]
+
+
+class RedisStoreStats:
+    """Counters of one store (plain ints; under heavy concurrency they are approximate)."""
+
+    __slots__ = (
+        "calls", "deny_cache_hits", "errors", "noscript_reloads", "pipelined_calls",
+        "pipelines", "short_circuited", "unavailable",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.calls = 0  # commands sent (a pipeline counts each command)
+        self.pipelines = 0  # pipelines sent by the async store (one round trip each per node)
+        self.pipelined_calls = 0  # commands that went in those pipelines
+        self.noscript_reloads = 0  # NOSCRIPT answers followed by EVAL
+        self.errors = 0  # failed calls, of any kind
+        self.unavailable = 0  # ... of which the store was unavailable
+        self.short_circuited = 0  # calls refused by an open circuit breaker (no I/O)
+        self.deny_cache_hits = 0  # decisions answered by the deny cache (no I/O)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __repr__(self) -> str:
+        return "RedisStoreStats(" + ", ".join(f"{k}={v}" for k, v in self.as_dict().items()) + ")"
+
+
+class KeyState(NamedTuple):
+    """What `RedisStore.inspect` reports for one limit of one key."""
+
+    limit: Limit
+    key: str
+    redis_key: str
+    #: Redis type of the key: "none" (absent), "hash", "string" or "list".
+    kind: str
+    #: Seconds until the key expires; None when absent (or, wrongly, immortal: see `immortal`).
+    ttl: float | None
+    immortal: bool
+    #: The raw value as stored (hash fields, the string, or the list).
+    raw: Any
+    #: The state as the Python algorithm would hold it (None when absent).
+    state: Any
+    #: The decision a request of cost 1 would get now (nothing is charged).
+    decision: Decision
+    #: The time the state was read at (server clock, or the `now` given).
+    now: float
+
+
+# -----------------------------------------------------------------------------------------
+# the shared core
+# -----------------------------------------------------------------------------------------
+
+
+def _encode_key(key: str) -> str:
+    if "%" in key:
+        key = key.replace("%", "%25")
+    if "}" in key:
+        key = key.replace("}", "%7D")
+    return key
+
+
+def _suffix(limit: Limit) -> str:
+    """What follows a state key's hash tag: ``:<limit name>:<algorithm tag>``."""
+    return f":{limit.name}:{ALGORITHM_TAGS[limit.algorithm]}"
+
+
+def split_state_key(rkey: str) -> tuple[str, str] | None:
+    """``(limit name, algorithm)`` of a state key found under a prefix, or None for a key
+    this store did not write (e.g. one from before algorithm tags)."""
+    name, sep, tag = rkey.rpartition("}:")[2].rpartition(":")
+    algorithm = _ALGORITHM_OF_TAG.get(tag)
+    return (name, algorithm) if sep and algorithm is not None else None
+
+
+_ALGORITHM_OF_TAG = {tag: algo for algo, tag in ALGORITHM_TAGS.items()}
+
+
+def _glob_escape(text: str) -> str:
+    """`text` as a literal in a SCAN MATCH pattern."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+def _str(v: Any) -> str:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)
+
+
+def _bad_reply(what: str, reply: Any) -> StoreError:
+    text = repr(reply)
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return StoreError(
+        f"unexpected reply from Redis to {what}: {text}; is another program writing under "
+        "this key prefix, or a proxy rewriting replies? (use a prefix of your own)"
+    )
+
+
+def _float(v: Any, what: str, reply: Any) -> float:
+    if isinstance(v, (bytes, str)):
+        try:
+            x = float(v)
+        except ValueError:
+            raise _bad_reply(what, reply) from None
+        if math.isfinite(x):
+            return x
+    raise _bad_reply(what, reply)
+
+
+#: What a bulk string reply arrives as (bytes; str on a client that decodes replies).
+_TEXT = (bytes, str)
+
+
+def _fmt(x: float) -> str:
+    """A float as ARGV text that Lua's tonumber reads back exactly (Python's repr)."""
+    return repr(float(x))
+
+
+class _RedisCore:
+    """Everything about the Redis stores that is not I/O."""
+
+    #: A limiter on this store reads the wall clock (client-clock mode must agree across
+    #: processes; in server-clock mode the value is ignored).
+    default_clock: Callable[[], float] = staticmethod(time.time)
+
+    def __init__(
+        self,
+        *,
+        prefix: str,
+        client_clock: bool,
+        cluster: bool,
+        min_ttl: float | None,
+        clock_grace: float,
+        breaker_failures: int,
+        breaker_cooldown: float,
+        deny_cache: bool,
+        deny_cache_size: int,
+        on_error: Callable[[StoreError], None] | None,
+        describe: str,
+    ) -> None:
+        if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
+            raise ConfigError(
+                f"key prefix must be a string without braces (they would break the hash tag "
+                f"that keeps a key's limits in one cluster slot), got {prefix!r}"
+            )
+        if min_ttl is None:
+            min_ttl = CLIENT_CLOCK_MIN_TTL if client_clock else 0.001
+        if not (isinstance(min_ttl, (int, float)) and 0 <= min_ttl < math.inf):
+            raise ConfigError(f"min_ttl must be a number of seconds >= 0, got {min_ttl!r}")
+        if not (isinstance(clock_grace, (int, float)) and 0 <= clock_grace < math.inf):
+            raise ConfigError(
+                f"clock_grace must be a number of seconds >= 0, got {clock_grace!r}"
+            )
+        if isinstance(deny_cache_size, bool) or not isinstance(deny_cache_size, int) \
+                or deny_cache_size < 1:
+            raise ConfigError(
+                f"deny_cache_size must be a whole number >= 1, got {deny_cache_size!r}"
+            )
+        CircuitBreaker(breaker_failures, breaker_cooldown)  # validate now, not on first failure
+        self.prefix = prefix
+        self.uses_client_clock = bool(client_clock)
+        self.cluster = cluster
+        self.min_ttl = float(min_ttl)
+        self._min_ms = str(max(1, math.ceil(self.min_ttl * 1000)))
+        self.clock_grace = float(clock_grace)
+        self._grace_ms = str(math.ceil(self.clock_grace * 1000))
+        self.breaker_failures = breaker_failures
+        self.breaker_cooldown = float(breaker_cooldown)
+        self._breakers: dict[str, CircuitBreaker] = {}
+        self._breakers_lock = threading.Lock()
+        self._breaker = self._new_breaker("cluster" if cluster else describe)
+        self._deny = _DenyCache(deny_cache_size) if deny_cache else None
+        self.on_error = on_error
+        self.stats = RedisStoreStats()
+        self._describe = describe
+        self._params: dict[int, tuple[Limit, list[str]]] = {}
+
+    def __repr__(self) -> str:
+        clock = "client clock" if self.uses_client_clock else "server clock"
+        cache = ", deny cache" if self._deny is not None else ""
+        return (f"{type(self).__name__}({self._describe}, prefix={self.prefix!r}, {clock}"
+                f"{cache}, breaker={self._breaker.state})")
+
+    # -- keys and arguments ---------------------------------------------------------------
+
+    def state_key(self, limit: Limit, key: str) -> str:
+        """The Redis key holding `limit`'s state for `key`:
+        ``{prefix}{<key>}:<limit name>:<algorithm tag>`` (the state means something only
+        to its algorithm, so a limit that changes algorithm under its name starts fresh)."""
+        return f"{self.prefix}{{{_encode_key(key)}}}{_suffix(limit)}"
+
+    def _limit_args(self, limit: Limit) -> list[str]:
+        """Algorithm id, p1, p2, p3 of `limit` (see the Lua files), cached per Limit object."""
+        cached = self._params.get(id(limit))
+        if cached is not None and cached[0] is limit:
+            return cached[1]
+        algo = limit.algorithm
+        if algo in ("token-bucket", "gcra"):
+            p = [_fmt(limit.per_second), _fmt(limit.capacity), "0"]
+        elif algo == "leaky-bucket":
+            rate, burst, threshold = leaky_params(limit)
+            p = [str(rate), str(burst), str(threshold)]
+        else:
+            p = [_fmt(limit.capacity), _fmt(limit.period), "0"]
+        args = [str(ALGORITHM_IDS[algo]), *p]
+        if len(self._params) > 10_000:
+            self._params.clear()
+        self._params[id(limit)] = (limit, args)
+        return args
+
+    def _now_arg(self, now: float) -> str:
+        return _fmt(now) if self.uses_client_clock else ""
+
+    def _time_args(self, now_arg: str) -> list[str]:
+        """ARGV 1, 3, 4 sans the flag: now ("" = server clock), min expiry, grace. A `now`
+        given by the caller may be behind other callers' (skew, or a cross-slot check's
+        later slots): its keys get `clock_grace` more life, so such callers still find
+        them. On the server's own clock no grace is needed."""
+        return [now_arg, self._min_ms, self._grace_ms if now_arg else "0"]
+
+    def _limits_args(self, checks: Sequence[Check]) -> list[str]:
+        out: list[str] = []
+        for limit, _, cost in checks:
+            algo_id, p1, p2, p3 = self._limit_args(limit)
+            out += (algo_id, repr(cost), p1, p2, p3)
+        return out
+
+    def _check_call(self, checks: Sequence[Check], now_arg: str, consume: bool) -> _Call:
+        keys = [self.state_key(limit, key) for limit, key, _ in checks]
+        n, m, g = self._time_args(now_arg)
+        return _Call(CHECK, keys, [n, "1" if consume else "0", m, g,
+                                   *self._limits_args(checks)])
+
+    def _refund_call(self, checks: Sequence[Check], now_arg: str, at: float) -> _Call:
+        keys = [self.state_key(limit, key) for limit, key, _ in checks]
+        n, m, g = self._time_args(now_arg)
+        return _Call(REFUND, keys, [n, _fmt(at), m, g, *self._limits_args(checks)])
+
+    def _one_params(self, limit: Limit) -> list[str]:
+        """`limit`'s parameters as one.lua takes them: p1, p2, and p3 for a leaky bucket
+        (the only algorithm that uses it)."""
+        _, p1, p2, p3 = self._limit_args(limit)
+        return [p1, p2, p3] if limit.algorithm == "leaky-bucket" else [p1, p2]
+
+    def _fast_tail(self, now_arg: str) -> list[str]:
+        """ARGV[4..6] of the straight-line one-limit scripts (one_gcra.lua,
+        one_token_bucket.lua): min expiry, now, grace, with the trailing ones left off that
+        equal the script's defaults (1 ms, the server clock, 0 ms)."""
+        if now_arg:
+            return [self._min_ms, now_arg, self._grace_ms]
+        return [] if self._min_ms == "1" else [self._min_ms]
+
+    def _one_call(self, limit: Limit, key: str, cost: float, now: float) -> _Call:
+        now_arg = self._now_arg(now)
+        if limit.algorithm in ONE_FAST:
+            return _Call(ONE[limit.algorithm], [self.state_key(limit, key)],
+                         [repr(cost), *self._one_params(limit), *self._fast_tail(now_arg)])
+        n, m, g = self._time_args(now_arg)
+        return _Call(ONE[limit.algorithm], [self.state_key(limit, key)],
+                     [n, repr(cost), m, g, *self._one_params(limit)])
+
+    def _keys(self, checks: Sequence[Check]) -> list[str]:
+        return [self.state_key(limit, key) for limit, key, _ in checks]
+
+    def _slot_groups(self, checks: Sequence[Check]) -> list[list[int]]:
+        """Indices of `checks` grouped by hash slot, in the fixed reservation order."""
+        if not self.cluster or len(checks) < 2:
+            return [list(range(len(checks)))]
+        groups: dict[int, list[int]] = {}
+        global_slots: set[int] = set()
+        for i, (limit, key, _) in enumerate(checks):
+            slot = key_slot(self.state_key(limit, key).encode())
+            groups.setdefault(slot, []).append(i)
+            if limit.scope == "global":
+                global_slots.add(slot)
+        order = sorted(groups, key=lambda s: (s in global_slots, s))
+        return [groups[s] for s in order]
+
+    # -- replies ----------------------------------------------------------------------------
+
+    def _parse_check(
+        self, reply: Any, checks: Sequence[Check]
+    ) -> tuple[list[Decision], float, bool]:
+        n = len(checks)
+        if not isinstance(reply, list) or len(reply) != 2 + 5 * n:
+            raise _bad_reply("the check script", reply)
+        now = _float(reply[0], "the check script", reply)
+        admitted = reply[1]
+        if admitted not in (0, 1):
+            raise _bad_reply("the check script", reply)
+        out: list[Decision] = []
+        for i in range(n):
+            allowed, remaining, retry, reset, delay = reply[2 + 5 * i: 7 + 5 * i]
+            if allowed not in (0, 1) or not isinstance(remaining, int) or remaining < 0:
+                raise _bad_reply("the check script", reply)
+            out.append(Decision(
+                allowed == 1,
+                remaining,
+                None if retry is None else _float(retry, "the check script", reply),
+                _float(reset, "the check script", reply),
+                _float(delay, "the check script", reply),
+                checks[i][0],
+            ))
+        return out, now, admitted == 1
+
+    @staticmethod
+    def _parse_one(reply: Any, limit: Limit) -> Decision:
+        # The hot path: a one-limit reply, validated field by field like _parse_check.
+        # one.lua's reply: {allowed, remaining, retry_after, reset_after, delay}. The
+        # straight-line scripts answer an admission (retry_after and delay 0) with what
+        # reset_after is computed from, the same float operations as the script's (and the
+        # Python algorithm's), which saves the server formatting one float:
+        # one_gcra.lua {remaining, tat, now} (reset = tat - now; now an int = microseconds),
+        # one_token_bucket.lua {remaining, left} (reset = (b - left) / r).
+        if reply.__class__ is not list:
+            raise _bad_reply("the check script", reply)
+        n = len(reply)
+        if 1 < n < 4:
+            remaining, x = reply[0], reply[1]
+            if remaining.__class__ is int and remaining >= 0 and x.__class__ in _TEXT:
+                try:
+                    if n == 3 and limit.algorithm == "gcra":
+                        now = reply[2]
+                        reset_after = float(x) - (
+                            now / 1e6 if now.__class__ is int else float(now))
+                    elif n == 2 and limit.algorithm == "token-bucket":
+                        reset_after = ((float(limit.capacity) - float(x))
+                                       / float(limit.per_second))
+                    else:
+                        raise ValueError
+                except (TypeError, ValueError):
+                    pass
+                else:
+                    if math.isfinite(reset_after):
+                        return new_decision(Decision, (True, remaining, 0.0, reset_after, 0.0,
+                                                       limit, False))
+        elif n == 5:
+            allowed, remaining, retry, reset, delay = reply
+            if allowed in (0, 1) and remaining.__class__ is int and remaining >= 0:
+                try:
+                    retry_after = None if retry is None else float(retry)
+                    reset_after, wait = float(reset), float(delay)
+                except (TypeError, ValueError):
+                    pass
+                else:
+                    if math.isfinite(reset_after + wait + (retry_after or 0.0)):
+                        return new_decision(Decision, (allowed == 1, remaining, retry_after,
+                                                       reset_after, wait, limit, False))
+        raise _bad_reply("the check script", reply)
+
+    @staticmethod
+    def _parse_now(reply: Any) -> float:
+        return _float(reply, "the refund script", reply)
+
+    def _parse_state(self, limit: Limit, kind: str, raw: list[Any]) -> Any:
+        """A key's raw value as the Python algorithm's state (see each Lua file's layout)."""
+        algo = limit.algorithm
+        if kind == "none":
+            return None
+        try:
+            if kind == "string" and algo == "gcra":
+                return float(raw[0])
+            if kind == "list" and algo == "sliding-window-log":
+                entries: list[tuple[float, float]] = []
+                for v in raw:
+                    ts = float(v)
+                    if entries and entries[-1][0] == ts:
+                        entries[-1] = (ts, entries[-1][1] + 1.0)
+                    else:
+                        entries.append((ts, 1.0))
+                return tuple(entries)
+            if kind == "hash":
+                fields = {_str(raw[i]): _str(raw[i + 1]) for i in range(0, len(raw), 2)}
+                if algo == "token-bucket":
+                    return (float(fields["tokens"]), float(fields["last"]))
+                if algo == "leaky-bucket":
+                    return (int(float(fields["excess"])), int(float(fields["last"])))
+                if algo == "fixed-window":
+                    return (int(float(fields["k"])), float(fields["used"]))
+                if algo == "sliding-window-counter":
+                    return (int(float(fields["k"])), float(fields["prev"]), float(fields["curr"]))
+        except (KeyError, ValueError, IndexError):
+            pass
+        raise StoreError(
+            f"the Redis key for limit {limit.name!r} ({limit.algorithm}) holds a {kind} that is "
+            f"not its state: {raw!r:.200}; reset the key or use a different prefix"
+        )
+
+    # -- plans: what to call, in order (driven by the sync and async classes) ----------------
+
+    def _decide_plan(self, checks: Sequence[Check], now: float,
+                     consume: bool) -> _Plan[tuple[list[Decision], float]]:
+        groups = self._slot_groups(checks)
+        now_arg = self._now_arg(now)
+        if len(groups) == 1:
+            reply = yield self._check_call(checks, now_arg, consume)
+            decisions, at, _ = self._parse_check(reply, checks)
+            return decisions, at
+        out: list[Decision | None] = [None] * len(checks)
+        reserved: list[list[Check]] = []
+        at0: float | None = None
+        charging = consume
+        try:
+            for group in groups:
+                sub = [checks[i] for i in group]
+                reply = yield self._check_call(sub, now_arg, charging)
+                decisions, at, admitted = self._parse_check(reply, sub)
+                if at0 is None:
+                    at0 = at
+                    now_arg = _fmt(at)  # later slots decide at the same instant
+                for i, d in zip(group, decisions, strict=True):
+                    out[i] = d
+                if charging:
+                    if admitted:
+                        reserved.append(sub)
+                    else:
+                        charging = False  # roll back now; only look at the rest
+                        undo, reserved = reserved, []
+                        for r in reversed(undo):
+                            try:
+                                yield self._refund_call(r, now_arg, at0)
+                            except StoreError as e:
+                                # The request is rejected either way; what stays charged
+                                # only makes the limit stricter until it expires.
+                                log.warning("could not roll back a cross-slot reservation "
+                                            "of %s: %s", self._keys(r), e)
+        except StoreError:
+            # A group failed after others were reserved: give those back (best effort)
+            # so the failed request charges nothing; the failure policy decides it.
+            for r in reversed(reserved):
+                try:
+                    yield self._refund_call(r, now_arg, at0 if at0 is not None else now)
+                except StoreError as e:
+                    log.warning("could not roll back a cross-slot reservation of %s: %s",
+                                self._keys(r), e)
+            raise
+        assert at0 is not None
+        return [d for d in out if d is not None], at0
+
+    def _refund_plan(self, checks: Sequence[Check], now: float, at: float) -> _Plan[None]:
+        now_arg = self._now_arg(now)
+        for group in self._slot_groups(checks):
+            reply = yield self._refund_call([checks[i] for i in group], now_arg, at)
+            self._parse_now(reply)
+        return None
+
+    def _reset_plan(self, limits: Sequence[Limit], key: str) -> _Plan[None]:
+        checks = [(limit, key, 1.0) for limit in limits]
+        for group in self._slot_groups(checks):
+            yield _Call(None, [self.state_key(checks[i][0], key) for i in group], [])
+        return None
+
+    def _inspect_plan(self, limits: Sequence[Limit], key: str,
+                      now: float | None) -> _Plan[list[KeyState]]:
+        out: list[KeyState] = []
+        for limit in limits:
+            rkey = self.state_key(limit, key)
+            reply = yield _Call(STATE, [rkey], [])
+            if not isinstance(reply, list) or len(reply) < 3:
+                raise _bad_reply("the state script", reply)
+            kind, pttl, server_now, raw = _str(reply[0]), reply[1], reply[2], list(reply[3:])
+            if not isinstance(pttl, int):
+                raise _bad_reply("the state script", reply)
+            t = _float(server_now, "the state script", reply) if now is None else now
+            state = self._parse_state(limit, kind, raw)
+            check = [(limit, key, 1.0)]
+            now_arg = _fmt(t) if (now is not None or self.uses_client_clock) else ""
+            decisions, at, _ = self._parse_check((yield self._check_call(check, now_arg, False)),
+                                                 check)
+            shown: Any
+            if kind == "hash":
+                shown = {_str(raw[i]): _str(raw[i + 1]) for i in range(0, len(raw), 2)}
+            elif kind == "string":
+                shown = _str(raw[0])
+            else:
+                shown = [_str(v) for v in raw]
+            out.append(KeyState(limit, key, rkey, kind, pttl / 1000 if pttl >= 0 else None,
+                                pttl == -1, shown, state, decisions[0], at))
+        return out
+
+    # -- failures ---------------------------------------------------------------------------
+
+    def _new_breaker(self, name: str) -> CircuitBreaker:
+        return CircuitBreaker(self.breaker_failures, self.breaker_cooldown, name=name)
+
+    def _breaker_for(self, call: _Call, client: Any) -> CircuitBreaker:
+        """The breaker of the server `call` goes to: one per cluster node, else the store's."""
+        if not self.cluster or not call.keys or client is None:
+            return self._breaker
+        try:
+            node = client.get_node_from_key(call.keys[0])
+        except Exception:  # topology unknown yet (lazy client): the store-wide breaker
+            node = None
+        if node is None:
+            return self._breaker
+        name = str(node.name)
+        br = self._breakers.get(name)
+        if br is None:
+            with self._breakers_lock:
+                br = self._breakers.get(name)
+                if br is None:
+                    br = self._breakers[name] = self._new_breaker(f"cluster node {name}")
+        return br
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """The store's circuit breaker (on a cluster: used until the topology is known)."""
+        return self._breaker
+
+    @property
+    def breakers(self) -> dict[str, CircuitBreaker]:
+        """Every breaker: the store's, and on a cluster one per node seen."""
+        return {self._breaker.name: self._breaker, **self._breakers}
+
+    def _translate(self, exc: BaseException) -> StoreError:
+        """A client exception as `StoreUnavailable` (can't be reached) or `StoreError`."""
+        if isinstance(exc, StoreError):
+            return exc
+        if isinstance(exc, _UNAVAILABLE_TYPES):
+            return StoreUnavailable(f"Redis store {self._describe} unavailable: "
+                                    f"{type(exc).__name__}: {exc}")
+        msg = str(exc)
+        if isinstance(exc, rex.ResponseError):
+            code = msg.split(" ", 1)[0]  # the whole code: BUSYKEY is not BUSY
+            if code in _UNAVAILABLE_CODES:
+                return StoreUnavailable(f"Redis store {self._describe} cannot serve now: {msg}")
+            if code in ("RKSTATE", "WRONGTYPE"):
+                return StoreError(
+                    f"Redis store {self._describe}: {msg.split(' script:', 1)[0]}; reset the key "
+                    "(limiter.reset) or use a key prefix no other program writes under"
+                )
+            return StoreError(f"Redis store {self._describe} answered with an error: {msg}")
+        return StoreError(f"Redis client failed: {type(exc).__name__}: {msg}")
+
+    def _failed(self, breaker: CircuitBreaker, exc: BaseException) -> StoreError:
+        err = self._translate(exc)
+        self.stats.errors += 1
+        if isinstance(err, StoreUnavailable):
+            self.stats.unavailable += 1
+            breaker.failure()
+        else:
+            breaker.success()  # it answered: reachable
+        log.debug("Redis store call failed: %s", err)
+        if self.on_error is not None:
+            try:
+                self.on_error(err)
+            except Exception:  # a broken hook must not break rate limiting
+                log.exception("on_error hook raised")
+        return err
+
+    def _short_circuit(self, breaker: CircuitBreaker) -> None:
+        try:
+            breaker.before()
+        except StoreUnavailable as e:
+            self.stats.short_circuited += 1
+            if self.on_error is not None:
+                try:
+                    self.on_error(e)
+                except Exception:
+                    log.exception("on_error hook raised")
+            raise
+
+    # -- deny cache -------------------------------------------------------------------------
+
+    def _local_now(self, now: float) -> float:
+        return now if self.uses_client_clock else time.monotonic()
+
+    def _cached(self, checks: Sequence[Check], t: float) -> list[Decision] | None:
+        assert self._deny is not None
+        ck = tuple((limit.name, limit.algorithm, key) for limit, key, _ in checks)
+        hit = self._deny.get(ck, tuple(c for _, _, c in checks), t)
+        if hit is not None:
+            self.stats.deny_cache_hits += 1
+        return hit
+
+    def _remember(self, checks: Sequence[Check], t: float, decisions: list[Decision]) -> None:
+        assert self._deny is not None
+        if not all(d.allowed for d in decisions):
+            ck = tuple((limit.name, limit.algorithm, key) for limit, key, _ in checks)
+            self._deny.put(ck, tuple(float(c) for _, _, c in checks), t, decisions)
+
+    def _forget(self, limits: Sequence[Limit], key: str | None,
+                checks: Sequence[Check] = ()) -> None:
+        if self._deny is not None:
+            pairs = {(lim.name, lim.algorithm, key) for lim in limits if key is not None}
+            pairs |= {(lim.name, lim.algorithm, k) for lim, k, _ in checks}
+            self._deny.forget(pairs)
