@@ -11,6 +11,11 @@ an admitted request is queued). It answers "what would this policy have done to
 this traffic?" before you deploy it; with ``--store redis://...`` the same replay runs
 through the Redis scripts (on the trace's clock, so the answers must be identical);
 ``--store`` takes every store URL the API and the service take (`ratekeeper.stores.open_store`).
+
+The other subcommands live beside what they drive and are imported here, explicitly:
+``inspect`` (`ratekeeper.stores._cli`, needs the redis extra), ``serve`` and
+``check-config`` (`ratekeeper.service._cli`; ``serve`` needs the service extra). A missing
+extra does not hide its subcommand: running it says what to install.
 """
 
 from __future__ import annotations
@@ -24,35 +29,16 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from ._errors import RateKeeperError
-from ._types import ALGORITHMS, Decision, Limit
+from ._json import decision_json
+from ._types import ALGORITHMS, Limit
 from .limiter import Limiter
 from .stores import open_store
 from .testing import ManualClock
 
-__all__ = ["main"]
+__all__ = ["build_parser", "decision_json", "main"]
 
-#: Extra subcommands registered by optional modules: name -> (add_arguments, run).
 _Add = Callable[[argparse.ArgumentParser], None]
 _Run = Callable[[argparse.Namespace], int]
-_EXTRA: dict[str, tuple[_Add, _Run, str | None]] = {}
-
-
-def _json_number(x: float | None) -> float | int | None:
-    if x is None:
-        return None
-    return round(x, 9)
-
-
-def decision_json(d: Decision) -> dict[str, Any]:
-    """The JSON form of a decision (as `simulate` and the decision service print it)."""
-    return {
-        "allowed": d.allowed,
-        "remaining": d.remaining,
-        "retry_after": 0 if d.allowed else _json_number(d.retry_after),
-        "reset_after": _json_number(d.reset_after),
-        "delay": _json_number(d.delay),  # 0.0 on a rejection, as the Decision says
-        "limit": d.limit.name if d.limit is not None else None,
-    }
 
 
 def _events(stream: IO[str]) -> Iterator[tuple[int, dict[str, Any] | str]]:
@@ -202,15 +188,49 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="replay a trace of requests through a policy")
     _add_simulate(p)
     p.set_defaults(run=simulate)
-    for name, (add, run, help_) in _EXTRA.items():
+    for name, help_, (add, run) in _subcommands():
         sp = sub.add_parser(name, help=help_, description=help_)
         add(sp)
         sp.set_defaults(run=run)
     return parser
 
 
+def _subcommands() -> list[tuple[str, str, tuple[_Add, _Run]]]:
+    """The subcommands of the optional parts: (name, help, (add_arguments, run))."""
+    out: list[tuple[str, str, tuple[_Add, _Run]]] = []
+    inspect = "show a key's state, TTL and remaining quota in a Redis store"
+    try:
+        from .stores import _cli as inspect_cli  # noqa: PLC0415 (needs redis-py)
+    except ImportError as e:
+        out.append(("inspect", inspect, _missing("inspect", "redis", e)))
+    else:
+        out.append(("inspect", inspect, (inspect_cli.add_arguments, inspect_cli.run)))
+    # Needs only the standard library (and tomli on 3.10); `serve` imports the servers when
+    # it runs and says itself which extra is missing.
+    from .service import _cli as service_cli  # noqa: PLC0415
+
+    out.append(("serve", "run the decision service (HTTP JSON API and Envoy gRPC)",
+                (service_cli.add_serve, service_cli.run_serve)))
+    out.append(("check-config", "validate policy files; list every error",
+                (service_cli.add_check, service_cli.run_check)))
+    return out
+
+
+def _missing(command: str, extra: str, error: ImportError) -> tuple[_Add, _Run]:
+    """A subcommand whose extra is not installed: any arguments, one kind message."""
+
+    def add(p: argparse.ArgumentParser) -> None:
+        p.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def run(args: argparse.Namespace) -> int:
+        print(f"ratekeeper {command} needs the {extra} extra: pip install "
+              f"'ratekeeper[{extra}]' ({error})", file=sys.stderr)
+        return 2
+
+    return add, run
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    _load_extras()
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
@@ -218,22 +238,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-
-
-def _load_extras() -> None:
-    """Register subcommands of optional modules that are importable."""
-    import importlib  # noqa: PLC0415
-
-    for mod in ("ratekeeper.stores._cli", "ratekeeper.service._cli"):
-        try:
-            importlib.import_module(mod)
-        except ImportError:
-            continue
-
-
-def register(name: str, add: _Add, run: _Run, help: str | None = None) -> None:
-    """Add a subcommand (used by optional modules: `inspect`, `serve`, `check-config`)."""
-    _EXTRA[name] = (add, run, help)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,7 @@ from typing import Any
 
 START_TIMEOUT = 20.0
 
-#: ``python -c`` rather than ``python -m ratekeeper.cli``: run as __main__, cli.py would be
-#: a second module object and would not see the subcommands registered by service._cli.
+#: The CLI as the console script runs it (``main()`` of ``ratekeeper.cli``).
 CLI = [sys.executable, "-c", "import sys; from ratekeeper.cli import main; sys.exit(main())"]
 
 

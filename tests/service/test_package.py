@@ -23,7 +23,7 @@ def test_every_public_name_resolves() -> None:
 
 
 def test_importing_the_package_loads_no_server_framework() -> None:
-    code = ("import sys, ratekeeper.service, ratekeeper.cli; ratekeeper.cli._load_extras(); "
+    code = ("import sys, ratekeeper.service, ratekeeper.cli; ratekeeper.cli.build_parser(); "
             "print(sorted(m for m in ('starlette', 'uvicorn', 'grpc', 'prometheus_client') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

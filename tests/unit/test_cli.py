@@ -263,3 +263,34 @@ def test_console_script(tmp_path: Path) -> None:
     )
     assert p.returncode == 0, p.stderr
     assert [json.loads(ln)["allowed"] for ln in p.stdout.splitlines()] == [True, True, False]
+
+
+def _cli_without(module: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a fresh interpreter in which `module` cannot be imported (an extra
+    that is not installed)."""
+    code = (f"import sys; sys.modules[{module!r}] = None; from ratekeeper.cli import main; "
+            f"sys.exit(main({list(argv)!r}))")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+@pytest.mark.parametrize(("missing", "argv", "extra"), [
+    ("redis", ["inspect", "k", "--store", "redis://127.0.0.1:9/0"], "redis"),
+    ("uvicorn", ["serve", "--example", "--http-port", "0", "--grpc-port", "0"], "service"),
+])
+def test_a_subcommand_whose_extra_is_missing_says_what_to_install(
+        missing: str, argv: list[str], extra: str) -> None:
+    p = _cli_without(missing, *argv)
+    assert p.returncode == 2, p.stderr
+    assert f"needs the {extra} extra: pip install 'ratekeeper[{extra}]'" in p.stderr
+    assert "Traceback" not in p.stderr
+    # The other subcommands stay available.
+    assert _cli_without(missing, "check-config", "--help").returncode == 0
+
+
+def test_every_subcommand_is_offered() -> None:
+    from ratekeeper.cli import build_parser  # noqa: PLC0415
+
+    help_text = build_parser().format_help()
+    for name in ("simulate", "inspect", "serve", "check-config"):
+        assert name in help_text

@@ -1,4 +1,4 @@
-"""The ``serve`` and ``check-config`` subcommands (registered with `ratekeeper.cli.register`).
+"""The ``serve`` and ``check-config`` subcommands, which `ratekeeper.cli` imports and offers.
 
     ratekeeper serve [--config FILE | --example] [--store URL] [--host H]
                      [--http-port N] [--grpc-port N] [--no-http] [--no-grpc] [--watch SECONDS]
@@ -20,10 +20,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..cli import register
 from ._config import check_file
 
-__all__: list[str] = []
+__all__ = ["add_check", "add_serve", "run_check", "run_serve"]
 
 _SERVE_HELP = """\
 Run the decision service: an HTTP JSON API (POST /v1/check, GET /v1/policies, /healthz,
@@ -52,7 +51,7 @@ def _positive(text: str) -> float:
     return f
 
 
-def _add_serve(p: argparse.ArgumentParser) -> None:
+def add_serve(p: argparse.ArgumentParser) -> None:
     p.description = _SERVE_HELP
     src = p.add_mutually_exclusive_group()
     src.add_argument("--config", "-c", type=Path, default=None,
@@ -89,7 +88,7 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
 
 
-def _run_serve(args: argparse.Namespace) -> int:
+def run_serve(args: argparse.Namespace) -> int:
     try:
         from ._config import PolicyError  # noqa: PLC0415
         from ._logging import setup_logging  # noqa: PLC0415
@@ -128,7 +127,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         return 1
 
 
-def _add_check(p: argparse.ArgumentParser) -> None:
+def add_check(p: argparse.ArgumentParser) -> None:
     p.description = ("Validate policies files: print every error with its location (the TOML "
                      "table path) and exit 1 if there is any.")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE")
@@ -137,7 +136,7 @@ def _add_check(p: argparse.ArgumentParser) -> None:
                    help="print the policies as GET /v1/policies documents them (valid files)")
 
 
-def _run_check(args: argparse.Namespace) -> int:
+def run_check(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
         policies, issues = check_file(path)
@@ -153,7 +152,3 @@ def _run_check(args: argparse.Namespace) -> int:
             elif not args.quiet:
                 print(f"{path}: OK ({policies.summary()})")
     return 1 if failed else 0
-
-
-register("serve", _add_serve, _run_serve, "run the decision service (HTTP JSON API and Envoy gRPC)")
-register("check-config", _add_check, _run_check, "validate policy files; list every error")

@@ -38,8 +38,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .._json import decision_json
 from .._types import Decision
-from ..cli import decision_json
 from ..http.headers import PROBLEM_CONTENT_TYPE, problem_body
 from ._engine import (
     MAX_DESCRIPTORS,

@@ -13,7 +13,8 @@ algorithm its key names, type, TTL, value).
 Remaining is computed on the server's clock, or at ``--now T`` (seconds) for a namespace
 written on a client clock, such as a simulation's.
 
-Imported by ``ratekeeper.cli`` when redis-py is installed; it registers the subcommand.
+``ratekeeper.cli`` imports this module for the subcommand (`add_arguments`, `run`);
+without redis-py the import fails and the CLI says what to install.
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ from typing import Any
 
 from .._errors import ConfigError, RateKeeperError
 from .._types import GLOBAL_KEY, Limit
-from ..cli import register
 from ._url import open_store, scheme_of
 from .redis import DEFAULT_PREFIX, RedisStore, split_state_key
 
-__all__ = ["parse_limit_spec"]
+__all__ = ["add_arguments", "parse_limit_spec", "run"]
 
 
 def parse_limit_spec(spec: str) -> Limit:
@@ -58,7 +58,7 @@ def parse_limit_spec(spec: str) -> Limit:
     return Limit(algorithm, rate, **kwargs)
 
 
-def _add(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = "Show what a Redis store holds for KEY: state, TTL, remaining."
     p.add_argument("key", help="the rate-limit key, as the application passes it")
     p.add_argument("--store", required=True,
@@ -79,7 +79,7 @@ def _number(x: Any) -> Any:
     return x
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
         limits = [parse_limit_spec(s) for s in args.limit]
     except (ValueError, RateKeeperError) as e:
@@ -149,6 +149,3 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     finally:
         store.close()
-
-
-register("inspect", _add, _run, "show a key's state, TTL and remaining quota in a Redis store")
