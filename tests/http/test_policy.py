@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from ratekeeper import Decision, Limit, Limiter
+from ratekeeper import Decision, Limit, MemoryStore
+from ratekeeper.core import run
 from ratekeeper.http import APIKey, ClientIP, HTTPPolicy, RequestInfo, Route, compile_path
 from ratekeeper.http._policy import _Engine
 from ratekeeper.testing import ManualClock
@@ -18,9 +19,9 @@ def req(path: str = "/", method: str = "GET", peer: str = "203.0.113.7", **h: st
     return RequestInfo(method, path, {k.replace("_", "-"): v for k, v in h.items()}, peer)
 
 
-def engine(policy: HTTPPolicy, clock: ManualClock | None = None) -> _Engine[Limiter]:
+def engine(policy: HTTPPolicy, clock: ManualClock | None = None) -> _Engine:
     c = clock or ManualClock()
-    return _Engine(policy, lambda lims: Limiter(lims, clock=c), "open")
+    return _Engine(policy, MemoryStore(), clock=c, sleep=c.sleep)
 
 
 @pytest.mark.parametrize(
@@ -69,9 +70,9 @@ def test_unmatched_without_default_is_not_limited() -> None:
     assert e.plan(req("/other")) is None
 
 
-def test_routes_with_the_same_limits_share_a_limiter() -> None:
+def test_routes_with_the_same_limits_share_one_limit_set() -> None:
     e = engine(HTTPPolicy(limits=SEARCH, routes=[Route("/a", SEARCH), Route("/b", [SEARCH])]))
-    assert len(e.limiters) == 1
+    assert len(e.limits) == 1
 
 
 def test_exemptions() -> None:
@@ -133,18 +134,16 @@ def test_key_function_results_are_made_safe() -> None:
 
 def test_outcome_reject_and_pass() -> None:
     e = engine(HTTPPolicy(limits=SEARCH, legacy_headers=True, status=503))
-    plan = e.plan(req("/s"))
-    assert plan is not None
-    lim = e.limiters[plan.index]
-    out = e.outcome(plan, lim.hit(plan.key))
+    out = run(e.handle(req("/s")))
+    assert out is not None
     assert out.action == "pass" and dict(out.headers)["X-RateLimit-Remaining"] == "1"
-    lim.hit(plan.key)
-    out = e.outcome(plan, lim.hit(plan.key))
-    assert out.action == "reject" and out.status == 503
+    run(e.handle(req("/s")))
+    out = run(e.handle(req("/s")))
+    assert out is not None and out.action == "reject" and out.status == 503
     body = json.loads(out.body)
     assert body["status"] == 503 and body["title"] == "Service Unavailable"
     assert body["policy"] == "search" and body["instance"] == "/s"
-    assert e.stats["rejected"] == 1 and e.stats["allowed"] == 1
+    assert e.stats["rejected"] == 1 and e.stats["allowed"] == 2
 
 
 def test_head_rejection_has_no_body() -> None:
@@ -247,6 +246,6 @@ def test_an_inherited_cost_above_a_routes_capacity_is_a_configuration_error() ->
 def test_failure_raise_is_refused_by_the_http_layer_with_what_to_use_instead() -> None:
     # A middleware must answer every request: "raise" used to be turned into "open" silently.
     with pytest.raises(ValueError, match=r"failure='raise'.*'open'.*'closed'.*'local'"):
-        _Engine(HTTPPolicy(limits=DEFAULT), Limiter, "raise")
+        _Engine(HTTPPolicy(limits=DEFAULT), MemoryStore(), sleep=print, failure="raise")
     with pytest.raises(ValueError, match=r"failure='sometimes'"):
-        _Engine(HTTPPolicy(limits=DEFAULT), Limiter, "sometimes")
+        _Engine(HTTPPolicy(limits=DEFAULT), MemoryStore(), sleep=print, failure="sometimes")

@@ -1,18 +1,24 @@
 """Route policies and the request -> decision -> response plan shared by every adapter.
 
-Theory of operation (no I/O here; the adapters in asgi.py, wsgi.py and django.py do it):
+Theory of operation (no I/O here; the adapters in asgi.py, wsgi.py, django.py and
+fastapi.py do it). `_Engine.handle(request)` is one core plan (`ratekeeper.core`), run by a
+synchronous adapter with `core.run` and by an asyncio one with `core.arun`:
 
 1. `_Engine.plan(request)` matches the request against the policy: exempt paths and
    networks pass through untouched (``None``); otherwise it picks the first `Route` whose
    pattern and methods match (or the policy's default limits), works out the key and the
-   cost, and returns a `Plan` naming the limiter to ask.
-2. The adapter calls the limiter once (``hit``, or ``reserve`` when the route can queue and
-   a maximum delay may force a refund). A store failure never reaches the adapter: the
-   limiter's failure policy (open, closed or local; never "raise" here) answers instead.
+   cost, and returns a `Plan` naming the set of limits to decide.
+2. The core decides those limits on the store, all-or-nothing: `core.hit`, or `core.decide`
+   keeping the charge's ticket when the route can queue and a maximum delay may force a
+   refund. A store failure never reaches the adapter: the one `core.Failure` of the engine
+   (open, closed or local; never "raise" here) answers instead.
 3. `_Engine.outcome(plan, decision)` turns that single decision into what to do: pass
    (with the RateLimit fields to add to the response), wait `delay` seconds first (nginx
    queueing), or reject with the configured status, headers and problem+json body. Dry run
    turns every reject and delay into a pass but keeps headers, logs and counters.
+4. The plan refunds a reservation rejected for a delay past ``max_delay``, or sleeps the
+   queueing delay (an ``Op`` with method ``"sleep"``: the adapter's sleep, awaited by
+   `core.arun`), and returns the `Outcome` for the adapter to write.
 """
 
 from __future__ import annotations
@@ -24,15 +30,22 @@ import math
 import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypedDict, TypeVar, cast
 
+from .. import core
+from .._errors import StoreError
 from .._types import Decision, Limit
+from ..core import Failure, Limits, Op, Ticket, merge_decisions
+from ..stores import MemoryStore
 from ._client import ClientIP, IPNetwork, KeyFunc, RequestInfo, safe_key
 from .headers import (
     problem_body,
     ratelimit_headers,
     rejection_headers,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "HTTP_FAILURE_POLICIES",
@@ -289,17 +302,23 @@ class Outcome:
     refund: bool = False
 
 
-L = TypeVar("L")
+class _Engine:
+    """A policy bound to a store, a clock and one failure policy: the core's HTTP driver.
 
-
-class _Engine(Generic[L]):
-    """A policy bound to limiters (one per distinct set of limits); shared by the adapters."""
+    `handle(request)` is the whole of one request short of the framework's I/O, as a core
+    plan; an adapter runs it with `core.run` (WSGI, Django) or `core.arun` (ASGI, FastAPI)
+    and does nothing else but read the request and write the response.
+    """
 
     def __init__(
         self,
         policy: HTTPPolicy,
-        make_limiter: Callable[[tuple[Limit, ...]], L],
-        failure: str,
+        store: Any,
+        *,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Any],
+        failure: str = "open",
+        fallback_share: float = 1.0,
     ) -> None:
         self.policy = policy
         if failure not in HTTP_FAILURE_POLICIES:
@@ -309,7 +328,12 @@ class _Engine(Generic[L]):
                 "share of each limit); store errors are logged, counted in stats['degraded'] "
                 "and named by the policy's degraded_header"
             )
-        self.failure = failure  # what the degraded header says decided
+        # One failure policy for the one store: one warning per outage, one local fallback
+        # (limits with one name share its state across routes, as they do in the store).
+        self.failure = Failure(failure, fallback_share)
+        self.store = store
+        self.clock: Callable[[], float] = clock or store.default_clock
+        self.sleep = sleep
         sets: list[tuple[Limit, ...]] = []
         self._route_index: list[int] = []
         for r in policy.routes:
@@ -322,12 +346,42 @@ class _Engine(Generic[L]):
             sets.append(default)
         self._default_index = sets.index(default) if default else -1
         self.limit_sets: list[tuple[Limit, ...]] = sets
-        self.limiters: list[L] = [make_limiter(s) for s in sets]
+        self.limits: list[Limits] = [Limits(s, where="an HTTP policy") for s in sets]
         self.stats: dict[str, int] = dict.fromkeys(
             ("exempt", "allowed", "delayed", "rejected", "shadow-rejected", "shadow-delayed",
              "degraded"),
             0,
         )
+
+    def __repr__(self) -> str:
+        return f"_Engine({self.policy!r}, store={self.store!r}, {self.failure!r})"
+
+    # -- 0. the whole request -----------------------------------------------------------
+
+    def handle(self, req: RequestInfo) -> core.Plan[Outcome | None]:
+        """Plan: `req`'s `Outcome` (None: not limited), its queueing delay already slept
+        and a reservation rejected for waiting too long already refunded."""
+        plan = self.plan(req)
+        if plan is None:
+            return None
+        checks = self.limits[plan.index].checks(plan.key, plan.cost)
+        ticket: Ticket | None = None
+        if plan.reserve:  # a delay past max_delay gives the charge back: keep its ticket
+            decisions, ticket = yield from core.decide(self.store, checks, self.clock(),
+                                                       self.failure)
+            d = merge_decisions(decisions)
+        else:
+            d = yield from core.hit(self.store, checks, self.clock(), self.failure)
+        out = self.outcome(plan, d)
+        if out.refund:
+            if ticket is not None:
+                try:
+                    yield from core.refund(ticket, self.clock())
+                except StoreError as e:  # the charge stays and expires as usual
+                    log.warning("could not refund a rejected reservation: %s", e)
+        elif out.delay > 0:
+            yield Op(self.sleep, "sleep", (out.delay,))
+        return out
 
     # -- 1. plan ------------------------------------------------------------------------
 
@@ -379,7 +433,7 @@ class _Engine(Generic[L]):
         if d.degraded:
             self.stats["degraded"] += 1
             if p.degraded_header:
-                headers.append((p.degraded_header, self.failure))
+                headers.append((p.degraded_header, self.failure.policy))
         refund = False
         if d.allowed and p.max_delay is not None and d.delay > p.max_delay:
             # Queued too long: reject now; retrying once the queue has drained enough works.
@@ -404,7 +458,7 @@ class _Engine(Generic[L]):
             log.debug("rejecting %s %s for key %r: %r", req.method, req.path, plan.key, d)
             hdrs = rejection_headers(d, legacy=p.legacy_headers, policies=plan.limits)
             if d.degraded and p.degraded_header:
-                hdrs.append((p.degraded_header, self.failure))
+                hdrs.append((p.degraded_header, self.failure.policy))
             body = b"" if req.method == "HEAD" else problem_body(
                 d, status=p.status, title=_phrase(p.status), type_=p.problem_type,
                 instance=req.path if req.path.isprintable() and len(req.path) <= 256 else None,
@@ -429,3 +483,84 @@ def _phrase(status: int) -> str:
 def status_line(status: int) -> str:
     """``"429 Too Many Requests"`` for WSGI's start_response."""
     return f"{status} {_phrase(status)}"
+
+
+S = TypeVar("S")  # the store type of an adapter: `Store` (sync) or `AsyncStore`
+#: Its sleep: ``(seconds) -> None`` (sync) or ``(seconds) -> Awaitable[None]`` (asyncio).
+Z = TypeVar("Z", bound=Callable[[float], Any])
+
+if TYPE_CHECKING:  # a generic TypedDict needs Python 3.11 at run time; only mypy reads it
+
+    class AdapterOptions(TypedDict, Generic[S, Z], total=False):
+        """The keyword arguments of every adapter (see `RateLimitMiddleware`).
+
+        - `store`: where state lives (default: a new in-process `MemoryStore`);
+        - `clock` / `sleep`: injected time (default: the store's clock, the blocking or
+          awaited sleep of the adapter's kind);
+        - `failure`, `fallback_share`: the store failure policy (``"open"``, ``"closed"``
+          or ``"local"`` with a share of each limit).
+        """
+
+        store: S | None
+        clock: Callable[[], float] | None
+        sleep: Z | None
+        failure: HTTPFailurePolicy
+        fallback_share: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """Sync or asyncio: the store protocol an adapter takes and its default sleep (which
+    driver runs the plans is the adapter's own one line: `core.run` or `core.arun`)."""
+
+    store_type: type
+    default_sleep: Callable[[float], Any]
+    other: str  # what to use with a store of the other kind
+
+
+class _Adapter(Generic[S, Z]):
+    """What every adapter shares: the policy, the store, the engine and its counters.
+
+    A subclass names its `_Kind` and runs `engine.handle` around its framework's I/O.
+    """
+
+    _kind: ClassVar[_Kind]
+
+    def __init__(self, policy: HTTPPolicy | Limit | Sequence[Limit],
+                 **options: Unpack[AdapterOptions[S, Z]]) -> None:
+        self.policy = HTTPPolicy.of(policy)
+        kind = self._kind
+        store: Any = options.get("store")
+        store = MemoryStore() if store is None else store
+        if not isinstance(store, kind.store_type):
+            raise TypeError(f"{type(self).__name__} needs a {kind.store_type.__name__}, "
+                            f"got {store!r}; {kind.other}")
+        self.store: S = cast(S, store)
+        sleep = options.get("sleep")
+        self.engine = _Engine(self.policy, store, clock=options.get("clock"),
+                              sleep=kind.default_sleep if sleep is None else sleep,
+                              failure=options.get("failure", "open"),
+                              fallback_share=options.get("fallback_share", 1.0))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.policy!r})"
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: exempt, allowed, delayed, rejected, shadow-*, degraded."""
+        return self.engine.stats
+
+
+A = TypeVar("A")  # the application a middleware wraps
+
+
+class _Middleware(_Adapter[S, Z], Generic[A, S, Z]):
+    """An adapter around an application: ``Middleware(app, policy, **options)``."""
+
+    def __init__(self, app: A, policy: HTTPPolicy | Limit | Sequence[Limit] = (),
+                 **options: Unpack[AdapterOptions[S, Z]]) -> None:
+        self.app = app
+        super().__init__(policy, **options)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.app!r}, {self.policy!r})"

@@ -16,7 +16,8 @@ A plain ASGI class, no framework needed::
     app.add_middleware(RateLimitMiddleware, policy=policy)      # Starlette / FastAPI
     app = RateLimitMiddleware(app, policy)                       # any ASGI app
 
-Per request: one `AsyncLimiter` call; rejected requests get the policy's status (429) with
+Per request: one decision through the core (`ratekeeper.core`, its plan run with
+``core.arun``); rejected requests get the policy's status (429) with
 Retry-After, the RateLimit fields, ``Cache-Control: no-store`` and a problem+json body;
 admitted ones get the RateLimit fields added to whatever the app sends (``send`` is wrapped),
 after waiting out any queueing delay (``await sleep(delay)``). Lifespan messages, and
@@ -27,20 +28,15 @@ decision is left in ``scope["ratekeeper.decision"]`` for the app to read.
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from .._errors import StoreError
-from .._types import Decision, Limit
-from ..limiter import AsyncLimiter, AsyncReservation
-from ..stores import AsyncStore, MemoryStore
+from ..core import arun
+from ..stores import AsyncStore
 from ._client import RequestInfo
-from ._policy import HTTPFailurePolicy, HTTPPolicy, Outcome, Plan, _Engine
+from ._policy import Outcome, _Kind, _Middleware
 
 __all__ = ["RateLimitMiddleware"]
-
-log = logging.getLogger("ratekeeper.http")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -56,99 +52,37 @@ def _raw(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
 
 
-class _AsyncAdapter:
-    """The I/O of one request for asyncio adapters (the middleware and the FastAPI dependency)."""
+#: The asyncio adapters (this middleware, the FastAPI dependency): plans run by `core.arun`.
+ASYNC = _Kind(AsyncStore, asyncio.sleep,
+              "the WSGI and Django adapters take a synchronous Store")
 
-    def __init__(
-        self,
-        policy: HTTPPolicy | Limit | Sequence[Limit],
-        *,
-        store: AsyncStore | None,
-        clock: Callable[[], float] | None,
-        sleep: Callable[[float], Awaitable[None]] | None,
-        failure: HTTPFailurePolicy,
-        fallback_share: float,
-    ) -> None:
-        self.policy = HTTPPolicy.of(policy)
-        self.store: AsyncStore = MemoryStore() if store is None else store
-        self._sleep = asyncio.sleep if sleep is None else sleep
-
-        def make(limits: tuple[Limit, ...]) -> AsyncLimiter:
-            return AsyncLimiter(limits, self.store, clock=clock, failure=failure,
-                                fallback_share=fallback_share)
-
-        self.engine: _Engine[AsyncLimiter] = _Engine(self.policy, make, failure)
-
-    @property
-    def stats(self) -> dict[str, int]:
-        """Counters: exempt, allowed, delayed, rejected, shadow-*, degraded."""
-        return self.engine.stats
-
-    async def _decide(self, plan: Plan) -> tuple[Outcome, AsyncReservation | None]:
-        limiter = self.engine.limiters[plan.index]
-        reservation = None
-        d: Decision
-        if plan.reserve:
-            reservation = await limiter.reserve(plan.key, plan.cost)
-            d = reservation.decision
-        else:
-            d = await limiter.hit(plan.key, plan.cost)
-        return self.engine.outcome(plan, d), reservation
-
-    async def _settle(self, out: Outcome, reservation: AsyncReservation | None) -> None:
-        """Refund a reservation rejected for waiting too long, or wait out the delay."""
-        if out.action == "reject":
-            if out.refund and reservation is not None:
-                try:
-                    await reservation.cancel()
-                except StoreError as e:
-                    log.warning("could not refund a rejected reservation: %s", e)
-        elif out.delay > 0:
-            await self._sleep(out.delay)
+AsyncSleep = Callable[[float], Awaitable[None]]
 
 
-class RateLimitMiddleware(_AsyncAdapter):
-    """ASGI middleware applying an `HTTPPolicy` with an `AsyncLimiter` per set of limits.
+class RateLimitMiddleware(_Middleware[ASGIApp, AsyncStore, AsyncSleep]):
+    """ASGI middleware applying an `HTTPPolicy` through the decision core, awaited.
 
     - `policy`: an `HTTPPolicy`, or simply a `Limit` / list of limits for every request.
     - `store`: any `AsyncStore` (default: a new in-process `MemoryStore`; use the Redis store
       to share limits between workers).
     - `clock` / `sleep`: injected time (tests pass a `ManualClock` and a recording sleep).
-    - `failure`, `fallback_share`: the limiter's store failure policy: ``"open"`` (admit),
+    - `failure`, `fallback_share`: the store failure policy: ``"open"`` (admit),
       ``"closed"`` (reject) or ``"local"`` (an in-process share); never a 500. Degraded
       decisions are marked with the policy's `degraded_header` and counted in `stats`.
       ``"raise"`` is refused: a middleware must answer every request.
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        policy: HTTPPolicy | Limit | Sequence[Limit] = (),
-        *,
-        store: AsyncStore | None = None,
-        clock: Callable[[], float] | None = None,
-        sleep: Callable[[float], Awaitable[None]] | None = None,
-        failure: HTTPFailurePolicy = "open",
-        fallback_share: float = 1.0,
-    ) -> None:
-        self.app = app
-        super().__init__(policy, store=store, clock=clock, sleep=sleep, failure=failure,
-                         fallback_share=fallback_share)
-
-    def __repr__(self) -> str:
-        return f"RateLimitMiddleware({self.app!r}, {self.policy!r})"
+    _kind = ASYNC
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind != "http" and not (kind == "websocket" and self.policy.websockets):
             await self.app(scope, receive, send)  # lifespan, websockets, anything new
             return
-        plan = self.engine.plan(RequestInfo.from_asgi(scope))
-        if plan is None:
+        out = await arun(self.engine.handle(RequestInfo.from_asgi(scope)))
+        if out is None:  # not limited
             await self.app(scope, receive, send)
             return
-        out, reservation = await self._decide(plan)
-        await self._settle(out, reservation)
         if out.action == "reject":
             if kind == "http":
                 await self._reject_http(out, send)

@@ -38,8 +38,11 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess
         f"ratekeeper.http.django needs Django: pip install 'ratekeeper[django]' ({e})"
     ) from e
 
+from ..core import run
+from ..stores import Store
 from ._client import RequestInfo
-from .wsgi import _SyncAdapter
+from ._policy import _Adapter
+from .wsgi import SYNC, Sleep
 
 __all__ = ["RateLimitMiddleware", "django_user"]
 
@@ -61,11 +64,12 @@ def _resolve(value: object) -> Any:
     return import_string(value) if isinstance(value, str) else value
 
 
-class RateLimitMiddleware(_SyncAdapter):
+class RateLimitMiddleware(_Adapter[Store, Sleep]):
     """Django middleware applying ``settings.RATEKEEPER`` (see the module docstring)."""
 
     sync_capable = True
     async_capable = False
+    _kind = SYNC
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         conf = getattr(settings, "RATEKEEPER", None)
@@ -98,10 +102,9 @@ class RateLimitMiddleware(_SyncAdapter):
         info = RequestInfo.from_wsgi(request.META)
         info.path = request.path
         info.native = request
-        plan = self.engine.plan(info)
-        if plan is None:
+        out = run(self.engine.handle(info))
+        if out is None:  # not limited
             return self.get_response(request)
-        out = self._decide(plan)
         if out.action == "reject":
             response = HttpResponse(out.body, status=out.status)
             for name, value in out.headers:

@@ -27,7 +27,6 @@ all-or-nothing belong in one `Route` (or one dependency).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 try:
@@ -40,11 +39,12 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess
         f"pip install 'ratekeeper[asgi]' ({e})"
     ) from e
 
-from .._types import Decision, Limit
+from .._types import Decision
+from ..core import arun
 from ..stores import AsyncStore
 from ._client import RequestInfo
-from ._policy import HTTPFailurePolicy, HTTPPolicy, Outcome
-from .asgi import SCOPE_KEY, _AsyncAdapter
+from ._policy import Outcome, _Adapter
+from .asgi import ASYNC, SCOPE_KEY, AsyncSleep
 from .headers import PROBLEM_CONTENT_TYPE
 
 __all__ = ["RateLimit", "RateLimited", "install_problem_handler", "problem_response"]
@@ -75,7 +75,7 @@ def install_problem_handler(app: Any) -> None:
     app.add_exception_handler(RateLimited, problem_response)
 
 
-class RateLimit(_AsyncAdapter):
+class RateLimit(_Adapter[AsyncStore, AsyncSleep]):
     """A FastAPI dependency limiting one endpoint (or router); returns the `Decision`.
 
     Arguments as for `RateLimitMiddleware`: `policy` is an `HTTPPolicy` or a `Limit` / list
@@ -83,30 +83,14 @@ class RateLimit(_AsyncAdapter):
     patterns in the policy still apply to the request path; exempt requests return None.
     """
 
-    def __init__(
-        self,
-        policy: HTTPPolicy | Limit | Sequence[Limit],
-        *,
-        store: AsyncStore | None = None,
-        clock: Callable[[], float] | None = None,
-        sleep: Callable[[float], Awaitable[None]] | None = None,
-        failure: HTTPFailurePolicy = "open",
-        fallback_share: float = 1.0,
-    ) -> None:
-        super().__init__(policy, store=store, clock=clock, sleep=sleep, failure=failure,
-                         fallback_share=fallback_share)
-
-    def __repr__(self) -> str:
-        return f"RateLimit({self.policy!r})"
+    _kind = ASYNC
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
         info = RequestInfo.from_asgi(request.scope)
         info.native = request
-        plan = self.engine.plan(info)
-        if plan is None:
+        out = await arun(self.engine.handle(info))
+        if out is None:  # not limited
             return None
-        out, reservation = await self._decide(plan)
-        await self._settle(out, reservation)
         if out.action == "reject":
             raise RateLimited(out)
         request.scope[SCOPE_KEY] = out.decision
