@@ -133,10 +133,13 @@ def test_refuses_to_start_on_bad_policies(tmp_path: Path) -> None:
     assert "unknown algorithm 'fixed_window'" in out.stderr
 
 
-@pytest.mark.parametrize("args", [["--store", "mongodb://x"], ["--no-http", "--no-grpc"]])
+@pytest.mark.parametrize("args", [["--store", "mongodb://x"], ["--no-http", "--no-grpc"],
+                                  ["--store-timeout", "0"], ["--store-timeout", "-1"],
+                                  ["--store-timeout", "soon"], ["--store-timeout", "inf"]])
 def test_refuses_unusable_options(tmp_path: Path, args: list[str]) -> None:
     out = run_cli(["serve", "--example", *args])
     assert out.returncode in (1, 2) and "ratekeeper serve" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_serves_the_bundled_example_without_config(tmp_path: Path) -> None:

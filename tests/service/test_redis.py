@@ -20,6 +20,9 @@ from tests.service._envoy import METHOD, RateLimitRequest, RateLimitResponse, de
 from tests.service._proc import ServiceProcess
 
 POLICIES = Path(__file__).parent / "policies" / "service.toml"
+#: The budget of one store call in the functional tests: generous, so that a busy machine
+#: cannot turn them into fault tests (the production default is 0.25 s).
+FUNCTIONAL_TIMEOUT = "5"
 
 pytestmark = [
     pytest.mark.redis,
@@ -45,8 +48,9 @@ def replicas(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
     redis_url = redis_server.url
     prefix = f"rk-svc-{uuid.uuid4().hex[:8]}:"
     logs = tmp_path_factory.mktemp("replicas")
-    a = ServiceProcess(POLICIES, logs / "a.log", "--store", redis_url, "--key-prefix", prefix)
-    b = ServiceProcess(POLICIES, logs / "b.log", "--store", redis_url, "--key-prefix", prefix)
+    opts = ("--store", redis_url, "--key-prefix", prefix, "--store-timeout", FUNCTIONAL_TIMEOUT)
+    a = ServiceProcess(POLICIES, logs / "a.log", *opts)
+    b = ServiceProcess(POLICIES, logs / "b.log", *opts)
     a.start()
     try:
         b.start()
@@ -84,13 +88,25 @@ def test_replicas_share_counters_over_http_and_grpc(
 
 def test_readiness_reports_redis(replicas: tuple[ServiceProcess, ServiceProcess]) -> None:
     for svc in replicas:
+        listening = svc.wait_for(lambda rec: rec.get("event") == "listening")
+        assert listening["store_timeout"] == float(FUNCTIONAL_TIMEOUT)
         r = httpx.get(f"{svc.http}/readyz", timeout=10)
         assert r.status_code == 200 and r.json()["store"].startswith("redis://")
 
 
+@pytest.fixture
+def fragile(redis_server: RedisServer, tmp_path: Path) -> Iterator[ServiceProcess]:
+    """A replica with the production budget per store call (0.25 s): a fault test, where
+    the store is made to fail (paused), so a short budget is the point, not a risk."""
+    with ServiceProcess(POLICIES, tmp_path / "fragile.log", "--store", redis_server.url,
+                        "--key-prefix", f"rk-svc-{uuid.uuid4().hex[:8]}:",
+                        "--store-timeout", "0.25") as svc:
+        yield svc
+
+
 def test_store_down_fails_open_and_readiness_says_so(
-        replicas: tuple[ServiceProcess, ServiceProcess], redis_server: RedisServer) -> None:
-    a, _ = replicas
+        fragile: ServiceProcess, redis_server: RedisServer) -> None:
+    a = fragile
     uid = uuid.uuid4().hex[:12]
     redis_server.pause()  # SIGSTOP: connections hang, every call times out (0.25 s)
     try:
@@ -109,3 +125,11 @@ def test_store_down_fails_open_and_readiness_says_so(
         time.sleep(0.1)
     out = http_check(a, {"domain": "t", "descriptors": [{"user": uid}]})
     assert out["degraded"] is False
+
+
+def test_store_timeout_is_the_redis_clients_socket_timeout() -> None:
+    from ratekeeper.service._server import open_store  # noqa: PLC0415
+
+    for timeout, want in ((5.0, 5.0), (None, 0.25)):  # None: the store's default
+        store, _ = open_store("redis://127.0.0.1:9/0", timeout=timeout)  # nothing connects
+        assert store.timeout == want  # type: ignore[attr-defined]

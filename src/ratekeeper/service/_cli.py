@@ -3,7 +3,7 @@
     ratekeeper serve [--config FILE | --example] [--store URL] [--host H]
                      [--http-port N] [--grpc-port N] [--no-http] [--no-grpc] [--watch SECONDS]
                      [--max-body BYTES] [--grace SECONDS] [--require-store]
-                     [--key-prefix P] [--max-keys N]
+                     [--key-prefix P] [--max-keys N] [--store-timeout SECONDS]
                      [--log-format json|text] [--log-level LEVEL] [--access-log]
     ratekeeper check-config FILE [FILE ...] [--quiet] [--json]
 
@@ -51,6 +51,17 @@ def _positive(text: str) -> float:
     return f
 
 
+def _timeout(text: str) -> float:
+    try:
+        f = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (0 < f < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, "
+                                         f"got {text}")
+    return f
+
+
 def add_serve(p: argparse.ArgumentParser) -> None:
     p.description = _SERVE_HELP
     src = p.add_mutually_exclusive_group()
@@ -78,6 +89,9 @@ def add_serve(p: argparse.ArgumentParser) -> None:
                    help="exit 1 if the store does not answer at startup (default: start, "
                         "warn, and let the policies' failure mode decide until it answers)")
     p.add_argument("--key-prefix", default="rk:", help="Redis key prefix (default rk:)")
+    p.add_argument("--store-timeout", type=_timeout, default=None, metavar="SECONDS",
+                   help="how long one store call may take before the failure policy decides "
+                        "(default: the store's, 0.25 for Redis); the budget of a decision")
     p.add_argument("--max-keys", type=int, default=1_000_000,
                    help="memory store: keys kept per limit before the least recently used "
                         "go (default 1000000)")
@@ -115,7 +129,7 @@ def run_serve(args: argparse.Namespace) -> int:
         grpc_port=None if args.no_grpc else args.grpc_port,
         watch=args.watch, max_body=args.max_body, grace=args.grace,
         access_log=args.access_log, key_prefix=args.key_prefix, max_keys=args.max_keys,
-        require_store=args.require_store,
+        require_store=args.require_store, store_timeout=args.store_timeout,
     )
     try:
         return asyncio.run(serve(options))
