@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ratekeeper import InvalidKey
+from ratekeeper.core import check_key
 from ratekeeper.http import APIKey, ClientIP, RequestInfo, User, safe_key
 
 PROXIES = ["10.0.0.0/8", "2001:db8:ffff::/48"]
@@ -183,6 +185,27 @@ def test_safe_key() -> None:
     assert safe_key("a\nb").startswith("h:")
     assert safe_key("") .startswith("h:")
     assert safe_key("\udcff").startswith("h:")
+
+
+def _core_accepts(key: str) -> bool:
+    try:
+        check_key(key)
+    except InvalidKey:
+        return False
+    return True
+
+
+@settings(max_examples=300)
+@given(st.one_of(
+    st.text(max_size=40),
+    st.builds(lambda n, c: c * n, st.integers(0, 700), st.sampled_from(["k", "é", "\n", " "])),
+))
+def test_safe_key_passes_exactly_the_keys_the_core_accepts_and_hashes_the_rest(key: str) -> None:
+    # One rule for a valid key (the core's check_key): the HTTP layer keeps every key the
+    # core would store and hashes every other into one it does store, never raising.
+    out = safe_key(key)
+    assert _core_accepts(out)
+    assert (out == key) == _core_accepts(key)
 
 
 def test_request_info_from_asgi_joins_repeated_headers() -> None:

@@ -15,8 +15,9 @@ Rules of this module:
 - **IPv6 clients are grouped by prefix** (default /64, the smallest block an ISP hands to a
   subscriber), so one host cannot rotate through 2**64 addresses to get fresh quota.
   IPv4-mapped IPv6 addresses (``::ffff:192.0.2.1``) count as IPv4.
-- **Keys are bounded.** A key function's result is passed through `safe_key`: long or
-  non-printable values are hashed, never rejected with an exception.
+- **Keys are bounded, by the core's rule.** A key function's result is passed through
+  `safe_key`: what the core's `check_key` would refuse (empty, too long, non-printable) is
+  hashed into a key it accepts, never rejected with an exception.
 
 Key functions take a `RequestInfo` and return a key string, or ``None`` to say "I cannot
 identify this request"; the policy then falls back to the client-IP key.
@@ -28,6 +29,10 @@ import hashlib
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
+
+from .. import core
+from .._errors import InvalidKey
+from ..core import check_key
 
 __all__ = [
     "APIKey",
@@ -42,8 +47,8 @@ __all__ = [
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-#: Longest key passed to the limiter verbatim; longer ones are hashed.
-MAX_KEY_LENGTH = 256
+#: Longest key passed to the store verbatim; longer ones are hashed (the core's bound).
+MAX_KEY_LENGTH = core.MAX_KEY_LENGTH
 
 
 class RequestInfo:
@@ -116,11 +121,14 @@ class RequestInfo:
 KeyFunc = Callable[[RequestInfo], "str | None"]
 
 
-def safe_key(key: str) -> str:
-    """`key` unchanged if short and printable, else ``"h:" + sha256`` of it (never raises)."""
-    if 0 < len(key) <= MAX_KEY_LENGTH and key.isprintable():
-        return key
-    return "h:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+def safe_key(key: str, max_length: int = MAX_KEY_LENGTH) -> str:
+    """`key` unchanged if the core accepts it (`ratekeeper.core.check_key`: a non-empty,
+    printable string of at most `max_length` characters), else ``"h:" + sha256`` of it,
+    which it accepts. Never raises: a client's odd key is hashed, not refused."""
+    try:
+        return check_key(key, max_length)
+    except InvalidKey:
+        return "h:" + hashlib.sha256(str(key).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _parse_ip(text: str) -> IPAddress | None:

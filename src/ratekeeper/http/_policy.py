@@ -412,6 +412,7 @@ class _Engine:
             return None
         keyfn = route.key if route is not None and route.key is not None else p.key
         key = keyfn(req) if keyfn is not None else None
+        # Either form is a key the core accepts, so Limits.checks below never refuses it.
         key = p.client_ip.key_of(ip) if key is None else safe_key(str(key))
         if key in p.exempt_keys:
             self.stats["exempt"] += 1
