@@ -20,6 +20,7 @@ from ratekeeper.service import (
     Override,
     PolicyHolder,
     UnknownDomain,
+    Watcher,
     load_policies,
     make_descriptor,
 )
@@ -471,3 +472,44 @@ async def test_global_counters_are_the_library_global_key() -> None:
     assert (await limiter.peek("anyone")).remaining == 0  # a hit now takes the last one
     assert (await limiter.hit("anyone")).allowed  # 2 of 2
     assert not (await e.check("d", [desc(("tenant", "b"))])).allowed
+
+
+def test_the_watch_polls_once_per_period_of_its_clock_and_stamps_reloads(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    clock = ManualClock()
+    path = tmp_path / "p.toml"
+    path.write_text(POLICIES.format(service="", domain=""))
+    holder = PolicyHolder(path, clock=lambda: 1_000_000.0 + clock())  # wall time of loads
+    watch = Watcher(holder, 5.0, clock=clock)
+    assert holder().loaded_at == 1_000_000.0
+    # t=0 and t=4.9: no poll due, even though the file changed.
+    path.write_text(POLICIES.format(service="", domain='description = "v2"'))
+    assert not watch.tick()
+    clock.set(4.9)
+    assert not watch.tick() and holder().generation == 1
+    # t=5: the poll sees the change; the snapshot is stamped with the holder's clock.
+    clock.set(5.0)
+    assert watch.tick() and holder().generation == 2 and holder().loaded_at == 1_000_005.0
+    assert not watch.tick()  # the same instant: the next poll is due at t=10
+    # t=10: a bad file is read once and rejected; the polls at t=15..35 leave it alone.
+    path.write_text("[domains.d]\n")
+    with caplog.at_level(logging.DEBUG, "ratekeeper.service"):
+        for t in (10.0, 15.0, 20.0, 25.0, 30.0, 35.0):
+            clock.set(t)
+            assert watch.tick()
+    polls = [r for r in caplog.records if getattr(r, "event", "") == "watch_poll"]
+    assert [r.changed for r in polls] == [True, False, False, False, False, False]  # type: ignore[attr-defined]
+    assert sum(getattr(r, "event", "") == "reload_failed" for r in caplog.records) == 1
+    assert holder().generation == 2 and holder.last_error is not None
+    # A clock that jumps an hour ahead gives one poll, not 720 of them.
+    clock.set(3635.0)
+    assert watch.tick() and not watch.tick() and watch.due_in() == 5.0
+    assert watch.polls == 8  # t=5, t=10..35 (six), t=3635
+
+
+@pytest.mark.parametrize("every", [0, -1, float("inf"), float("nan"), True])
+def test_a_watch_period_must_be_positive_seconds(tmp_path: Path, every: float) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(POLICIES.format(service="", domain=""))
+    with pytest.raises(ValueError, match="watch period"):
+        Watcher(PolicyHolder(path), every)

@@ -7,7 +7,8 @@ Layout (see docs/service.md):
 
 - `_config`: the policies file -> an immutable `Policies` snapshot (no I/O beyond reading it);
 - `_engine`: `Engine.check`, descriptors -> rules -> one atomic store call -> statuses;
-- `_service`: `PolicyHolder` (reload = swap a snapshot) and `Service` (what transports share);
+- `_service`: `PolicyHolder` (reload = swap a snapshot), `Watcher` (``--watch``, on an injected
+  clock) and `Service` (what transports share);
 - `_http` (Starlette), `_grpc` (grpc.aio, generated from Envoy's rls.proto in ``proto/``),
   `_server` (uvicorn + grpc on one loop, signals, graceful shutdown), `_stats` (Prometheus),
   `_logging` (JSON logs), `_cli` (the subcommands).
@@ -43,7 +44,7 @@ from ._engine import (
     UnknownDomain,
     make_descriptor,
 )
-from ._service import PolicyHolder, Service
+from ._service import PolicyHolder, Service, Watcher
 from ._stats import NullStats, PrometheusStats, Stats
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ __all__ = [
     "Settings",
     "Stats",
     "UnknownDomain",
+    "Watcher",
     "check_file",
     "create_app",
     "load_policies",

@@ -36,7 +36,7 @@ from ..stores._url import redact
 from ..stores.memory import MemoryStore
 from ._grpc import grpc_address, start_grpc_server
 from ._http import create_app
-from ._service import DEFAULT_MAX_BODY, PolicyHolder, Service
+from ._service import DEFAULT_MAX_BODY, PolicyHolder, Service, Watcher
 from ._stats import PrometheusStats
 
 __all__ = ["ServeOptions", "StoreConfigError", "open_store", "serve"]
@@ -202,7 +202,7 @@ async def serve(options: ServeOptions, *,
                 loop.add_signal_handler(signal.SIGHUP, on_hup)
                 signals.append(signal.SIGHUP)
         if options.watch > 0:
-            tasks.append(asyncio.create_task(_watch(holder, options.watch, stop)))
+            tasks.append(asyncio.create_task(Watcher(holder, options.watch).run(stop)))
         if http is not None and http_task is not None:
             while not http.started and not http_task.done():
                 await asyncio.sleep(0.005)
@@ -261,19 +261,3 @@ async def _check_store(service: Service, required: bool) -> None:
         "failure policy %r decides until it answers (--require-store: refuse to start)",
         name, problem, failure,
         extra={"event": "store_unreachable", "store": name, "error": problem})
-
-
-async def _watch(holder: PolicyHolder, every: float, stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), every)
-        if stop.is_set():
-            return
-        try:
-            result = holder.poll()
-            # Each poll at debug level: what the tests (and a curious operator) can count.
-            log.debug("polled %s: %s", holder.path,
-                      "unchanged" if result is None else "changed",
-                      extra={"event": "watch_poll", "changed": result is not None})
-        except Exception:  # never let the watcher die
-            log.exception("watching the policies file failed", extra={"event": "watch_error"})

@@ -4,8 +4,9 @@
 only if the whole file is valid, swaps it in with one attribute assignment; a bad file is
 logged (every error, with its location) and the old snapshot stays. Checks read the snapshot
 once, so a check never sees half of one policy set and half of another. `poll()` reloads when
-the file's modification time, size or inode changed (the optional ``--watch``); SIGHUP calls
-`reload()` (see `_server`).
+the file's modification time, size or inode changed; SIGHUP calls `reload()` (see `_server`).
+`Watcher` is the optional ``--watch``: a `poll()` every so many seconds of an injected clock
+(`tick()` polls when one is due, so tests step a `ManualClock` instead of sleeping).
 
 `Service` is what the transports share: the engine, the holder, the stats, the body limit and
 the "stopping" flag that turns ``/readyz`` and ``/healthz`` to 503 during a graceful shutdown.
@@ -13,8 +14,12 @@ the "stopping" flag that turns ``/readyz`` and ``/healthz`` to 503 during a grac
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
+import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +28,7 @@ from ._config import Policies, PolicyError, load_policies
 from ._engine import Engine
 from ._stats import NullStats, Stats
 
-__all__ = ["PolicyHolder", "Service"]
+__all__ = ["PolicyHolder", "Service", "Watcher"]
 
 log = logging.getLogger("ratekeeper.service")
 
@@ -35,7 +40,8 @@ class PolicyHolder:
     """The live `Policies`, loaded from `path`; call it to get the current snapshot.
 
     The first load raises `PolicyError` (a service must not start without valid policies);
-    later loads (`reload`, `poll`) report problems and keep the old snapshot.
+    later loads (`reload`, `poll`) report problems and keep the old snapshot. `clock` (wall
+    seconds) stamps each snapshot's ``loaded_at``.
     """
 
     def __init__(
@@ -44,12 +50,15 @@ class PolicyHolder:
         *,
         stats: Stats | None = None,
         loader: Callable[[Path], Policies] = load_policies,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = Path(path)
         self.stats: Stats = NullStats() if stats is None else stats
         self._loader = loader
+        self.clock = clock
         self._signature = self._stat()
-        self.current: Policies = dataclasses.replace(loader(self.path), generation=1)
+        self.current: Policies = dataclasses.replace(loader(self.path), generation=1,
+                                                     loaded_at=clock())
         self.last_error: str | None = None
         self.stats.reload(True, 1)
 
@@ -85,7 +94,7 @@ class PolicyHolder:
                      extra={"event": "reload_unchanged", "generation": old.generation})
             return True
         gen = old.generation + 1
-        self.current = dataclasses.replace(new, generation=gen)
+        self.current = dataclasses.replace(new, generation=gen, loaded_at=self.clock())
         self.stats.reload(True, gen)
         log.info("policies reloaded: generation %d, %s", gen, new.summary(),
                  extra={"event": "reloaded", "generation": gen, "sha256": new.sha256,
@@ -108,6 +117,62 @@ class PolicyHolder:
         except OSError:
             return None
         return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+class Watcher:
+    """``--watch``: `holder.poll()` once every `every` seconds of `clock`.
+
+    `tick()` polls if a period has passed since the last poll (the next one is due `every`
+    seconds after it, so a clock that jumps gives one poll, not a burst) and says whether it
+    did; `run(stop)` is the service's loop around it. Each poll is a debug ``watch_poll``
+    record; `polls` counts them.
+    """
+
+    def __init__(self, holder: PolicyHolder, every: float, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if isinstance(every, bool) or not isinstance(every, (int, float)) \
+                or not (0 < every < math.inf):
+            raise ValueError(f"a watch period must be a number of seconds above 0, "
+                             f"got {every!r}")
+        self.holder = holder
+        self.every = float(every)
+        self.clock = clock
+        self.polls = 0
+        self._next = clock() + self.every
+
+    def __repr__(self) -> str:
+        return f"Watcher({str(self.holder.path)!r}, every={self.every:g}s, polls={self.polls})"
+
+    def due_in(self) -> float:
+        """Seconds until the next poll is due (0: now)."""
+        return max(0.0, self._next - self.clock())
+
+    def tick(self) -> bool:
+        """Poll the file if a poll is due; True if it polled."""
+        now = self.clock()
+        if now < self._next:
+            return False
+        self._next = now + self.every
+        self.polls += 1
+        result = self.holder.poll()
+        # Each poll at debug level: what the tests (and a curious operator) can count.
+        log.debug("polled %s: %s", self.holder.path,
+                  "unchanged" if result is None else "changed",
+                  extra={"event": "watch_poll", "changed": result is not None})
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick whenever a poll is due, until `stop` is set."""
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.due_in())
+            if stop.is_set():
+                return
+            try:
+                self.tick()
+            except Exception:  # never let the watcher die
+                log.exception("watching the policies file failed",
+                              extra={"event": "watch_error"})
 
 
 class Service:
