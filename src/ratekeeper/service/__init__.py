@@ -5,7 +5,8 @@
 
 Layout (see docs/service.md):
 
-- `_config`: the policies file -> an immutable `Policies` snapshot (no I/O beyond reading it);
+- `_config`: the policies file -> an immutable `Policies` snapshot (no I/O beyond reading it):
+  `_model` (the snapshot, matching), `_loader` (TOML, located errors), `_keys` (counter keys);
 - `_engine`: `Engine.check`, descriptors -> rules -> one atomic store call -> statuses;
 - `_service`: `PolicyHolder` (reload = swap a snapshot), `Watcher` (``--watch``, on an injected
   clock) and `Service` (what transports share);

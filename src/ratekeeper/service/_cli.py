@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from ._config import check_file
+from ._loader import check_file
 
 __all__ = ["add_check", "add_serve", "run_check", "run_serve"]
 
@@ -104,8 +104,8 @@ def add_serve(p: argparse.ArgumentParser) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     try:
-        from ._config import PolicyError  # noqa: PLC0415
         from ._logging import setup_logging  # noqa: PLC0415
+        from ._model import PolicyError  # noqa: PLC0415
         from ._server import EXAMPLE_POLICIES, ServeOptions, StoreConfigError, serve  # noqa: PLC0415
     except ImportError as e:
         print(f"ratekeeper serve needs the service extra: pip install 'ratekeeper[service]' "

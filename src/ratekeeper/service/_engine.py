@@ -48,12 +48,8 @@ from .._types import Decision, Limit
 from ..core import FailurePolicy, merge_decisions
 from ..http.headers import ratelimit_headers, rejection_headers
 from ..stores._base import AsyncStore, Check
-from ._config import (
-    Policies,
-    PolicyLimit,
-    Rule,
-    counter_key,
-)
+from ._keys import counter_key
+from ._model import Policies, PolicyLimit, Rule
 from ._stats import NullStats, Stats
 
 __all__ = [

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..stores._base import AsyncStore
-from ._config import Policies, PolicyError, load_policies
 from ._engine import Engine
+from ._loader import load_policies
+from ._model import Policies, PolicyError
 from ._stats import NullStats, Stats
 
 __all__ = ["PolicyHolder", "Service", "Watcher"]

@@ -1,0 +1,47 @@
+"""Counter keys: the store key of a limit's counter for a descriptor's entries.
+
+A limit keeps one counter per distinct combination of the descriptor's entries, so a default
+rule ``key = "user"`` gives every user a counter of their own. ``by = ["user"]`` keys the
+counter on some entries only, and ``scope = "global"`` keeps a single counter for the rule:
+the library's `GLOBAL_KEY`, so a `Limiter` and ``ratekeeper inspect`` see the same one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from urllib.parse import quote
+
+from .._types import GLOBAL_KEY
+
+__all__ = ["MAX_COUNTER_KEY", "counter_key"]
+
+#: Longest counter key kept as text; longer ones are replaced by their SHA-256.
+MAX_COUNTER_KEY = 256
+
+
+_KEY_SAFE = "/:@!$&'()*+;.~-_"
+_KEY_SAFE_RE = re.compile(r"[A-Za-z0-9/:@!$&'()*+;.~_-]*")
+
+
+def _q(s: str) -> str:
+    return s if _KEY_SAFE_RE.fullmatch(s) else quote(s, safe=_KEY_SAFE)
+
+
+def counter_key(entries: Sequence[tuple[str, str]], by: tuple[str, ...] | None) -> str:
+    """The store key of a limit's counter for a descriptor's entries.
+
+    ``key=value`` pairs joined by ``,``, every key and value %-encoded (so the mapping is
+    one-to-one and the key is printable ASCII with no braces); the library's `GLOBAL_KEY`
+    for a global counter (it has no ``=``, so no descriptor's key can be it, and
+    ``ratekeeper inspect`` and a `Limiter` on the same store see the same counter); ``#``
+    and a SHA-256 when longer than `MAX_COUNTER_KEY`.
+    """
+    sel = entries if by is None else [e for e in entries if e[0] in by]
+    if not sel:
+        return GLOBAL_KEY
+    s = ",".join(f"{_q(k)}={_q(v)}" for k, v in sel)
+    if len(s) > MAX_COUNTER_KEY:
+        return "#" + hashlib.sha256(s.encode()).hexdigest()
+    return s
