@@ -104,19 +104,8 @@ class _Driver:
     # -- plans ---------------------------------------------------------------------------
 
     def _hit_plan(self, key: object, cost: object) -> Plan[Decision]:
-        checks = self._limits.checks(key, cost)
-        now = self.clock()
-        if len(checks) == 1:  # the store's one-limit call
-            try:
-                d: Decision = yield Op(self.store, "decide_one", (*checks[0], now))
-            except StoreError as e:
-                decisions, _ = yield from self._failure.decisions(checks, now, e)
-                return decisions[0]
-            if self._failure.failing:
-                self._failure.recovered()
-            return d
-        decisions, _ = yield from core.decide(self.store, checks, now, self._failure)
-        return merge_decisions(decisions)
+        return (yield from core.hit(self.store, self._limits.checks(key, cost), self.clock(),
+                                    self._failure))
 
     def _peek_plan(self, key: object, cost: object) -> Plan[Decision]:
         checks = self._limits.checks(key, cost)
