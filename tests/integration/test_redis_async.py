@@ -133,3 +133,30 @@ async def test_deny_cache_async(standalone: StoreTarget) -> None:
             assert not (await limiter.hit("k")).allowed
         assert store.stats.calls - calls == 1
         assert store.stats.deny_cache_hits == 9
+
+
+async def test_async_inspection_matches_the_sync_store(target: StoreTarget) -> None:
+    """ascan/astate/ainspect run the same plans as scan/state/inspect (every primary)."""
+    prefix = f"rk-async-{uuid.uuid4().hex[:8]}:"
+    sync = target.store(client_clock=True, prefix=prefix)
+    per_key = Limit("gcra", "10/s", burst=5, name="api")
+    hourly = Limit("fixed-window", "100/h")
+    glob = Limit("token-bucket", "5/s", scope="global", name="all")
+    async with AsyncRedisStore.from_url(target.url, prefix=prefix, client_clock=True,
+                                        timeout=FUNCTIONAL_TIMEOUT) as store:
+        limiter = AsyncLimiter([per_key, hourly, glob], store, clock=ManualClock(7.0))
+        await limiter.hit("u1", 2)
+        found = await store.ascan("u1")
+        assert [k for k, *_ in found] == sorted([store.state_key(per_key, "u1"),
+                                                 store.state_key(hourly, "u1")])
+        # equal but for the TTL, which counts down in real time between the two reads
+        def no_ttl(rows: list[tuple[str, str, float | None, object]]) -> list[object]:
+            assert all(ttl is not None and ttl > 0 for _, _, ttl, _ in rows)
+            return [(k, kind, raw) for k, kind, _, raw in rows]
+
+        assert no_ttl(found) == no_ttl(sync.scan("u1"))
+        assert no_ttl(await store.ascan(GLOBAL_KEY)) == no_ttl(sync.scan(GLOBAL_KEY)) != []
+        assert await store.ascan("nobody") == []
+        assert await store.astate(hourly, "u1") == sync.state(hourly, "u1") == (0, 2.0)
+        (a,), (b,) = await store.ainspect([per_key], "u1", 7.0), sync.inspect([per_key], "u1", 7.0)
+        assert a._replace(ttl=None) == b._replace(ttl=None) and a.state == 7.2

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 from urllib.parse import unquote
 
@@ -19,6 +19,8 @@ try:
     import redis.cluster
     import redis.exceptions as rex
     import redis.sentinel
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
         f"the Redis store needs redis-py ({e}); install it with: pip install 'ratekeeper[redis]' "
@@ -200,3 +202,45 @@ def _describe_client(client: Any) -> str:
         return f"redis://{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
     except Exception:
         return type(client).__name__
+
+
+def _sentinel_master(sentinel_class: Any, target: _Target, kw: dict[str, Any]) -> Any:
+    sentinel = sentinel_class(
+        target.sentinels,
+        sentinel_kwargs={k: v for k, v in kw.items() if k.startswith("socket_")},
+        **({"ssl": True} if target.ssl else {}),
+        **{k: v for k, v in kw.items() if k != "retry"},
+    )
+    return sentinel.master_for(target.service, db=target.db, username=target.username,
+                               password=target.password, retry=kw["retry"])
+
+
+def sync_client(target: _Target, kw: dict[str, Any]
+                ) -> tuple[redis.Redis | None, Callable[[], redis.cluster.RedisCluster] | None]:
+    """``(client, None)``, or for a cluster ``(None, connect)``: redis-py's cluster client
+    connects when built, so it is built on first use (a down cluster does not stop
+    start-up). No retries but the cluster's one after a refused connection (see
+    `_StoreCluster`)."""
+    if target.kind == "cluster":
+        kw.setdefault("retry", Retry(NoBackoff(), 1))
+        url = target.url
+
+        def connect() -> redis.cluster.RedisCluster:
+            return _StoreCluster.from_url(url, connection_pool_class=_FailFastPool, **kw)
+
+        return None, connect
+    kw.setdefault("retry", Retry(NoBackoff(), 0))
+    if target.kind == "sentinel":
+        return _sentinel_master(_SyncSentinel, target, kw), None
+    return redis.Redis.from_url(target.url, **kw), None
+
+
+def async_client(target: _Target, kw: dict[str, Any]
+                 ) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
+    """`sync_client` for asyncio (redis-py's asyncio cluster client connects lazily)."""
+    kw.setdefault("retry", Retry(NoBackoff(), 1 if target.kind == "cluster" else 0))
+    if target.kind == "cluster":
+        return redis.asyncio.cluster.RedisCluster.from_url(target.url, **kw)
+    if target.kind == "sentinel":
+        return _sentinel_master(_AsyncSentinel, target, kw)  # type: ignore[no-any-return]
+    return redis.asyncio.Redis.from_url(target.url, **kw)

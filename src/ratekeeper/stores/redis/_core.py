@@ -7,8 +7,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any, NamedTuple, TypedDict, TypeVar
 
 import redis.exceptions as rex
 from redis.crc import key_slot
@@ -19,8 +19,16 @@ from ...algorithms._common import new_decision
 from ...algorithms.leaky_bucket import params as leaky_params
 from .._base import Check
 from .._lua import ALGORITHM_IDS, ALGORITHM_TAGS, CHECK, ONE, ONE_FAST, REFUND, STATE, Script
+from .._url import redact
 from ._breaker import CircuitBreaker
-from ._client import _UNAVAILABLE_CODES, _UNAVAILABLE_TYPES
+from ._client import (
+    _UNAVAILABLE_CODES,
+    _UNAVAILABLE_TYPES,
+    _check_timeout,
+    _client_kwargs,
+    _parse_target,
+    _Target,
+)
 from ._deny import _DenyCache
 
 log = logging.getLogger("ratekeeper.redis")
@@ -35,14 +43,47 @@ CLIENT_CLOCK_MIN_TTL = 60.0
 T = TypeVar("T")
 
 class _Call(NamedTuple):
-    """One command a plan wants run: a script (EVALSHA/EVAL) or, with no script, DEL."""
+    """One command a plan wants run: a script (EVALSHA/EVAL) or, with no script, DEL of
+    `keys` (PING when there are none); ``command="scan"``: the keys matching ``args[0]``
+    on every primary."""
 
     script: Script | None
     keys: list[str]
     args: list[str]
+    command: str = ""
 
 
 _Plan = Generator[_Call, Any, T]
+#: What a driver learned from one call: (True, reply) or (False, the StoreError).
+_Outcome = tuple[bool, Any]
+_S = TypeVar("_S", bound="_RedisCore")
+
+
+class StoreOptions(TypedDict, total=False):
+    """The options `RedisStore` and `AsyncRedisStore` share (see `RedisStore`)."""
+
+    prefix: str
+    client_clock: bool
+    min_ttl: float | None
+    clock_grace: float
+    breaker_failures: int
+    breaker_cooldown: float
+    deny_cache: bool
+    deny_cache_size: int
+    on_error: Callable[[StoreError], None] | None
+
+
+def _advance(plan: _Plan[Any], outcome: _Outcome | None) -> tuple[bool, Any]:
+    """Resume `plan` with what its last call gave (None: start it): ``(False, next call)``,
+    or ``(True, its result)`` once it returns. Each driver's ``_run`` is a loop over this
+    and its own ``_attempt``, the only part that differs (a call, or an await)."""
+    try:
+        if outcome is None:
+            return False, next(plan)
+        ok, value = outcome
+        return False, plan.send(value) if ok else plan.throw(value)
+    except StopIteration as stop:
+        return True, stop.value
 
 
 class RedisStoreStats:
@@ -171,17 +212,17 @@ class _RedisCore:
     def __init__(
         self,
         *,
-        prefix: str,
-        client_clock: bool,
         cluster: bool,
-        min_ttl: float | None,
-        clock_grace: float,
-        breaker_failures: int,
-        breaker_cooldown: float,
-        deny_cache: bool,
-        deny_cache_size: int,
-        on_error: Callable[[StoreError], None] | None,
         describe: str,
+        prefix: str = DEFAULT_PREFIX,
+        client_clock: bool = False,
+        min_ttl: float | None = None,
+        clock_grace: float = 1.0,
+        breaker_failures: int = 5,
+        breaker_cooldown: float = 0.25,
+        deny_cache: bool = False,
+        deny_cache_size: int = 100_000,
+        on_error: Callable[[StoreError], None] | None = None,
     ) -> None:
         if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
             raise ConfigError(
@@ -219,6 +260,7 @@ class _RedisCore:
         self.stats = RedisStoreStats()
         self._describe = describe
         self._params: dict[int, tuple[Limit, list[str]]] = {}
+        self._client: Any = None  # the driver's redis-py client
 
     def __repr__(self) -> str:
         clock = "client clock" if self.uses_client_clock else "server clock"
@@ -522,6 +564,137 @@ class _RedisCore:
             out.append(KeyState(limit, key, rkey, kind, pttl / 1000 if pttl >= 0 else None,
                                 pttl == -1, shown, state, decisions[0], at))
         return out
+
+    def _decide_one_plan(self, limit: Limit, key: str, cost: float,
+                         now: float) -> _Plan[Decision]:
+        deny = self._deny
+        t, check = 0.0, [(limit, key, cost)]
+        if deny is not None:
+            t = self._local_now(now)
+            hit = self._cached(check, t)
+            if hit is not None:
+                return hit[0]
+        d = self._parse_one((yield self._one_call(limit, key, cost, now)), limit)
+        if deny is not None and not d.allowed:
+            self._remember(check, t, [d])
+        return d
+
+    def _decide_cached_plan(self, checks: Sequence[Check], now: float,
+                            consume: bool) -> _Plan[tuple[list[Decision], float]]:
+        """`_decide_plan` behind the deny cache (when it is on)."""
+        if not checks:
+            return [], now
+        t = 0.0
+        if self._deny is not None:
+            t = self._local_now(now)
+            hit = self._cached(checks, t)
+            if hit is not None:
+                return hit, now
+        decisions, at = yield from self._decide_plan(checks, now, consume)
+        if self._deny is not None:
+            self._remember(checks, t, decisions)
+        return decisions, at
+
+    def _refund_all_plan(self, checks: Sequence[Check], now: float, at: float) -> _Plan[None]:
+        if checks:
+            self._forget((), None, checks)
+            yield from self._refund_plan(checks, now, at)
+
+    def _reset_all_plan(self, limits: Sequence[Limit], key: str) -> _Plan[None]:
+        if limits:
+            self._forget(limits, key)
+            yield from self._reset_plan(limits, key)
+
+    def _state_plan(self, limit: Limit, key: str) -> _Plan[Any]:
+        reply = yield _Call(STATE, [self.state_key(limit, key)], [])
+        if not isinstance(reply, list) or len(reply) < 3:
+            raise _bad_reply("the state script", reply)
+        return self._parse_state(limit, _str(reply[0]), list(reply[3:]))
+
+    def _scan_plan(self, key: str) -> _Plan[list[tuple[str, str, float | None, Any]]]:
+        pattern = _glob_escape(f"{self.prefix}{{{_encode_key(key)}}}:") + "*"
+        found = sorted({_str(k) for k in (yield _Call(None, [], [pattern], "scan"))})
+        out = []
+        for rkey in found:
+            reply = yield _Call(STATE, [rkey], [])
+            if not isinstance(reply, list) or len(reply) < 3 or not isinstance(reply[1], int):
+                raise _bad_reply("the state script", reply)
+            kind, pttl, raw = _str(reply[0]), reply[1], [_str(v) for v in reply[3:]]
+            shown: Any = raw
+            if kind == "hash":
+                shown = dict(zip(raw[::2], raw[1::2], strict=True))
+            elif kind == "string":
+                shown = raw[0]
+            if kind != "none":
+                out.append((rkey, kind, pttl / 1000 if pttl >= 0 else None, shown))
+        return out
+
+    def _ping_plan(self) -> _Plan[bool]:
+        try:
+            return bool((yield _Call(None, [], [])))
+        except StoreError:
+            return False
+
+    # -- driving a plan: everything around a driver's I/O call ---------------------------------
+
+    def _gate(self, call: _Call) -> tuple[CircuitBreaker, _Outcome | None]:
+        """The breaker `call` goes through, and the outcome if it refuses the call."""
+        breaker = self._breaker_for(call, self._client)
+        try:
+            self._short_circuit(breaker)
+        except StoreError as e:
+            return breaker, (False, e)
+        return breaker, None
+
+    def _answered(self, breaker: CircuitBreaker, reply: Any) -> _Outcome:
+        breaker.success()
+        return True, reply
+
+    def _raised(self, breaker: CircuitBreaker, exc: BaseException) -> _Outcome:
+        return False, self._failed(breaker, exc)
+
+    # -- building from a URL -------------------------------------------------------------------
+
+    @classmethod
+    def from_url(
+        cls: type[_S],
+        url: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        connect_timeout: float | None = None,
+        cluster: bool | None = None,
+        client_options: Mapping[str, Any] | None = None,
+        **store_options: Any,
+    ) -> _S:
+        """A store with its own client, from a URL:
+
+        - ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS),
+          ``unix:///path/redis.sock[?db=N]``: one server (Redis or Valkey).
+        - ``redis+cluster://host:port`` (``rediss+cluster://`` for TLS), or any
+          ``redis://`` URL with ``cluster=True``: a Redis Cluster, discovered from that node.
+        - ``redis+sentinel://[user:password@]host:port[,host:port...]/mastername[/db]``: the
+          primary a Sentinel deployment names (followed across failovers).
+
+        `timeout` (seconds, default 0.25) bounds each decision: it is the socket read and
+        (unless `connect_timeout` is given) connect timeout; the client does not retry,
+        except a cluster client, which retries once after refreshing its topology when a
+        connection was refused or reset (so a finished failover is followed
+        transparently), never after a timeout; MOVED/ASK redirects are followed as usual.
+        A CLUSTERDOWN answer (every node gives it while a primary fails over) fails the
+        call at once, as unavailable, instead of redis-py's sleep and retry. `client_options` go
+        to the redis-py client; other keyword arguments are the store's (see the class:
+        `prefix`, `client_clock`, ...). The client is created lazily where redis-py allows
+        it (a down server does not stop start-up) and closed by ``close``/``aclose``.
+        """
+        target = _parse_target(url, cluster)
+        timeout = _check_timeout(timeout)
+        kw = _client_kwargs(timeout, connect_timeout, client_options)
+        return cls._from_target(target, kw, timeout, describe=redact(url), **store_options)
+
+    @classmethod
+    def _from_target(cls: type[_S], target: _Target, kw: dict[str, Any], timeout: float,
+                     **options: Any) -> _S:
+        raise NotImplementedError
 
     # -- failures ---------------------------------------------------------------------------
 

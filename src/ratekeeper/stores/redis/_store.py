@@ -1,54 +1,43 @@
-"""The two thin drivers: `RedisStore` (sync) and `AsyncRedisStore` (asyncio)."""
+"""The two drivers: `RedisStore` (sync) and `AsyncRedisStore` (asyncio).
+
+Everything that is not an I/O call lives in `_core._RedisCore`: the plans (what to call,
+in order, and what the replies mean), the deny cache, the breakers, the error handling
+around a call. A driver only sends a `_Call` (``_send``), wraps that in ``_attempt`` and
+loops a plan over it in ``_run``; the sync store adds its bound hot path (`RedisStore.bind`),
+the async one coalesces concurrent calls into pipelines.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 import redis.exceptions as rex
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from ..._errors import ConfigError, StoreError, StoreUnavailable
+from ..._errors import ConfigError, StoreUnavailable
 from ..._types import Decision, Limit
 from .._base import Check
-from .._lua import ONE, ONE_FAST, STATE
-from .._url import redact
+from .._lua import ONE, ONE_FAST
 from ._client import (
     _asyncio_timeout,
-    _AsyncSentinel,
     _check_timeout,
-    _client_kwargs,
     _describe_client,
-    _FailFastPool,
-    _parse_target,
-    _StoreCluster,
-    _SyncSentinel,
+    _Target,
+    async_client,
+    sync_client,
 )
-from ._core import (
-    DEFAULT_PREFIX,
-    DEFAULT_TIMEOUT,
-    KeyState,
-    T,
-    _bad_reply,
-    _Call,
-    _encode_key,
-    _glob_escape,
-    _Plan,
-    _RedisCore,
-    _str,
-    _suffix,
-)
+from ._core import KeyState, T, _advance, _Call, _encode_key, _Outcome, _Plan, _RedisCore, _suffix
 
-# -----------------------------------------------------------------------------------------
-# the synchronous store
-# -----------------------------------------------------------------------------------------
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._core import StoreOptions
 
 
 class RedisStore(_RedisCore):
@@ -92,18 +81,10 @@ class RedisStore(_RedisCore):
         self,
         client: redis.Redis | redis.cluster.RedisCluster | None,
         *,
-        prefix: str = DEFAULT_PREFIX,
-        client_clock: bool = False,
-        min_ttl: float | None = None,
-        clock_grace: float = 1.0,
-        breaker_failures: int = 5,
-        breaker_cooldown: float = 0.25,
-        deny_cache: bool = False,
-        deny_cache_size: int = 100_000,
-        on_error: Callable[[StoreError], None] | None = None,
         _connect: Callable[[], redis.cluster.RedisCluster] | None = None,
         _describe: str | None = None,
         _owns_client: bool = False,
+        **options: Unpack[StoreOptions],
     ) -> None:
         if client is None and _connect is None:
             raise ConfigError("RedisStore needs a client (or use RedisStore.from_url)")
@@ -111,81 +92,20 @@ class RedisStore(_RedisCore):
             client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)
         ):
             raise ConfigError(f"{client!r} is an asyncio client; use AsyncRedisStore with it")
-        cluster = _connect is not None or isinstance(client, redis.cluster.RedisCluster)
         super().__init__(
-            prefix=prefix, client_clock=client_clock, cluster=cluster, min_ttl=min_ttl,
-            clock_grace=clock_grace, breaker_failures=breaker_failures,
-            breaker_cooldown=breaker_cooldown,
-            deny_cache=deny_cache, deny_cache_size=deny_cache_size, on_error=on_error,
-            describe=_describe or _describe_client(client),
-        )
-        self._client: Any = client
+            cluster=_connect is not None or isinstance(client, redis.cluster.RedisCluster),
+            describe=_describe or _describe_client(client), **options)
+        self._client = client
         self._connect = _connect
         self._connect_lock = threading.Lock()
         self._owns_client = _owns_client
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        client_clock: bool = False,
-        timeout: float = DEFAULT_TIMEOUT,
-        connect_timeout: float | None = None,
-        cluster: bool | None = None,
-        client_options: Mapping[str, Any] | None = None,
-        **store_options: Any,
-    ) -> RedisStore:
-        """A store with its own client, from a URL:
-
-        - ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS),
-          ``unix:///path/redis.sock[?db=N]``: one server (Redis or Valkey).
-        - ``redis+cluster://host:port`` (``rediss+cluster://`` for TLS), or any
-          ``redis://`` URL with ``cluster=True``: a Redis Cluster, discovered from that node.
-        - ``redis+sentinel://[user:password@]host:port[,host:port...]/mastername[/db]``: the
-          primary a Sentinel deployment names (followed across failovers).
-
-        `timeout` (seconds, default 0.25) bounds each decision: it is the socket read and
-        (unless `connect_timeout` is given) connect timeout; the client does not retry,
-        except a cluster client, which retries once after refreshing its topology when a
-        connection was refused or reset (so a finished failover is followed
-        transparently), never after a timeout; MOVED/ASK redirects are followed as usual.
-        A CLUSTERDOWN answer (every node gives it while a primary fails over) fails the
-        call at once, as unavailable, instead of redis-py's sleep and retry. `client_options` go
-        to the redis-py client; other keyword arguments are the store's (see the class).
-        The client is created lazily (a down server does not stop start-up) and closed by
-        `close`.
-        """
-        target = _parse_target(url, cluster)
-        kw = _client_kwargs(_check_timeout(timeout), connect_timeout, client_options)
-        describe = redact(url)
-        if target.kind == "cluster":
-            kw.setdefault("retry", Retry(NoBackoff(), 1))
-            curl = target.url
-
-            def connect() -> redis.cluster.RedisCluster:
-                return _StoreCluster.from_url(curl, connection_pool_class=_FailFastPool, **kw)
-
-            return cls(None, prefix=prefix, client_clock=client_clock, _connect=connect,
-                       _describe=describe, _owns_client=True, **store_options)
-        kw.setdefault("retry", Retry(NoBackoff(), 0))
-        client: redis.Redis
-        if target.kind == "sentinel":
-            sentinel: Any = _SyncSentinel(
-                target.sentinels,
-                sentinel_kwargs={k: v for k, v in kw.items() if k.startswith("socket_")},
-                **({"ssl": True} if target.ssl else {}),
-                **{k: v for k, v in kw.items() if k != "retry"},
-            )
-            client = sentinel.master_for(
-                target.service, db=target.db, username=target.username,
-                password=target.password, retry=kw["retry"],
-            )
-        else:
-            client = redis.Redis.from_url(target.url, **kw)
-        return cls(client, prefix=prefix, client_clock=client_clock, _describe=describe,
-                   _owns_client=True, **store_options)
+    def _from_target(cls, target: _Target, kw: dict[str, Any], timeout: float,
+                     **options: Any) -> RedisStore:
+        client, connect = sync_client(target, kw)
+        return cls(client, _connect=connect, _describe=options.pop("describe"),
+                   _owns_client=True, **options)
 
     # -- I/O ------------------------------------------------------------------------------
 
@@ -204,41 +124,32 @@ class RedisStore(_RedisCore):
                     client = self._client = self._connect()
         return client
 
-    def _execute(self, call: _Call) -> Any:
-        breaker = self._breaker_for(call, self._client)
-        self._short_circuit(breaker)
-        stats = self.stats
+    def _send(self, call: _Call) -> Any:
+        client, stats, script = self._get_client(), self.stats, call.script
+        if call.command == "scan":
+            return list(client.scan_iter(match=call.args[0], count=1000))
+        stats.calls += 1
+        if script is None:
+            return client.delete(*call.keys) if call.keys else client.ping()
         try:
-            client = self._get_client()
+            return client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+        except rex.NoScriptError:
+            stats.noscript_reloads += 1
             stats.calls += 1
-            script = call.script
-            if script is None:
-                reply = client.delete(*call.keys) if call.keys else client.ping()
-            else:
-                try:
-                    reply = client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
-                except rex.NoScriptError:
-                    stats.noscript_reloads += 1
-                    stats.calls += 1
-                    reply = client.eval(script.text, len(call.keys), *call.keys, *call.args)
+            return client.eval(script.text, len(call.keys), *call.keys, *call.args)
+
+    def _attempt(self, call: _Call) -> _Outcome:
+        breaker, refused = self._gate(call)
+        try:
+            return refused or self._answered(breaker, self._send(call))
         except Exception as e:
-            raise self._failed(breaker, e) from e
-        breaker.success()
-        return reply
+            return self._raised(breaker, e)
 
     def _run(self, plan: _Plan[T]) -> T:
-        try:
-            call = next(plan)
-            while True:
-                try:
-                    reply = self._execute(call)
-                except StoreError as e:
-                    call = plan.throw(e)
-                else:
-                    call = plan.send(reply)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
+        done, x = _advance(plan, None)
+        while not done:
+            done, x = _advance(plan, self._attempt(x))
+        return x  # type: ignore[no-any-return]
 
     # -- the Store protocol -----------------------------------------------------------------
 
@@ -301,42 +212,17 @@ class RedisStore(_RedisCore):
         return decide_bound
 
     def decide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision:
-        deny = self._deny
-        t, check = 0.0, [(limit, key, cost)]
-        if deny is not None:
-            t = self._local_now(now)
-            hit = self._cached(check, t)
-            if hit is not None:
-                return hit[0]
-        d = self._parse_one(self._execute(self._one_call(limit, key, cost, now)), limit)
-        if deny is not None and not d.allowed:
-            self._remember(check, t, [d])
-        return d
+        return self._run(self._decide_one_plan(limit, key, cost, now))
 
     def decide(self, checks: Sequence[Check], now: float,
                consume: bool = True) -> tuple[list[Decision], float]:
-        if not checks:
-            return [], now
-        t = 0.0
-        if self._deny is not None:
-            t = self._local_now(now)
-            hit = self._cached(checks, t)
-            if hit is not None:
-                return hit, now
-        decisions, at = self._run(self._decide_plan(checks, now, consume))
-        if self._deny is not None:
-            self._remember(checks, t, decisions)
-        return decisions, at
+        return self._run(self._decide_cached_plan(checks, now, consume))
 
     def refund(self, checks: Sequence[Check], now: float, at: float) -> None:
-        if checks:
-            self._forget((), None, checks)
-            self._run(self._refund_plan(checks, now, at))
+        self._run(self._refund_all_plan(checks, now, at))
 
     def reset(self, limits: Sequence[Limit], key: str) -> None:
-        if limits:
-            self._forget(limits, key)
-            self._run(self._reset_plan(limits, key))
+        self._run(self._reset_all_plan(limits, key))
 
     # -- inspection ---------------------------------------------------------------------------
 
@@ -353,49 +239,15 @@ class RedisStore(_RedisCore):
     def scan(self, key: str) -> list[tuple[str, str, float | None, Any]]:
         """``(redis key, type, ttl seconds, raw value)`` of every state kept for `key` under
         this prefix, whatever the limit (SCAN over every primary; for inspection only)."""
-        pattern = _glob_escape(f"{self.prefix}{{{_encode_key(key)}}}:") + "*"
-        try:
-            found = sorted({_str(k) for k in self._get_client().scan_iter(match=pattern,
-                                                                             count=1000)})
-        except Exception as e:
-            raise self._failed(self._breaker, e) from e
-
-        def plan() -> _Plan[list[tuple[str, str, float | None, Any]]]:
-            out = []
-            for rkey in found:
-                reply = yield _Call(STATE, [rkey], [])
-                if not isinstance(reply, list) or len(reply) < 3 or not isinstance(reply[1], int):
-                    raise _bad_reply("the state script", reply)
-                kind, pttl, raw = _str(reply[0]), reply[1], [_str(v) for v in reply[3:]]
-                shown: Any = raw
-                if kind == "hash":
-                    shown = dict(zip(raw[::2], raw[1::2], strict=True))
-                elif kind == "string":
-                    shown = raw[0]
-                if kind != "none":
-                    out.append((rkey, kind, pttl / 1000 if pttl >= 0 else None, shown))
-            return out
-
-        return self._run(plan())
+        return self._run(self._scan_plan(key))
 
     def state(self, limit: Limit, key: str) -> Any:
         """The raw algorithm state of `key`, shaped as the Python algorithm holds it (or None)."""
-        checks = [(limit, key, 1.0)]
-
-        def plan() -> _Plan[Any]:
-            reply = yield _Call(STATE, [self.state_key(limit, key)], [])
-            if not isinstance(reply, list) or len(reply) < 3:
-                raise _bad_reply("the state script", reply)
-            return self._parse_state(checks[0][0], _str(reply[0]), list(reply[3:]))
-
-        return self._run(plan())
+        return self._run(self._state_plan(limit, key))
 
     def ping(self) -> bool:
         """True if the server answers PING now (through the circuit breaker; never raises)."""
-        try:
-            return bool(self._execute(_Call(None, [], [])))
-        except StoreError:
-            return False
+        return self._run(self._ping_plan())
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -434,33 +286,19 @@ class AsyncRedisStore(_RedisCore):
         self,
         client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster,
         *,
-        prefix: str = DEFAULT_PREFIX,
-        client_clock: bool = False,
-        min_ttl: float | None = None,
-        clock_grace: float = 1.0,
-        breaker_failures: int = 5,
-        breaker_cooldown: float = 0.25,
-        deny_cache: bool = False,
-        deny_cache_size: int = 100_000,
-        on_error: Callable[[StoreError], None] | None = None,
         coalesce: bool = True,
         timeout: float | None = None,
         _describe: str | None = None,
         _owns_client: bool = False,
+        **options: Unpack[StoreOptions],
     ) -> None:
         if not isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)):
             raise ConfigError(
                 f"{client!r} is not a redis.asyncio client; use RedisStore for synchronous ones"
             )
-        super().__init__(
-            prefix=prefix, client_clock=client_clock,
-            cluster=isinstance(client, redis.asyncio.cluster.RedisCluster), min_ttl=min_ttl,
-            clock_grace=clock_grace, breaker_failures=breaker_failures,
-            breaker_cooldown=breaker_cooldown,
-            deny_cache=deny_cache, deny_cache_size=deny_cache_size, on_error=on_error,
-            describe=_describe or _describe_client(client),
-        )
-        self._client: Any = client
+        super().__init__(cluster=isinstance(client, redis.asyncio.cluster.RedisCluster),
+                         describe=_describe or _describe_client(client), **options)
+        self._client = client
         self._owns_client = _owns_client
         self.coalesce = coalesce
         self.timeout = None if timeout is None else _check_timeout(timeout)
@@ -468,45 +306,11 @@ class AsyncRedisStore(_RedisCore):
         self._tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        client_clock: bool = False,
-        timeout: float = DEFAULT_TIMEOUT,
-        connect_timeout: float | None = None,
-        cluster: bool | None = None,
-        client_options: Mapping[str, Any] | None = None,
-        **store_options: Any,
-    ) -> AsyncRedisStore:
-        """As `RedisStore.from_url`, with ``redis.asyncio`` clients."""
-        target = _parse_target(url, cluster)
-        timeout = _check_timeout(timeout)
-        kw = _client_kwargs(timeout, connect_timeout, client_options)
-        describe = redact(url)
-        store_options.setdefault("timeout", timeout)
-        client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
-        if target.kind == "cluster":
-            kw.setdefault("retry", Retry(NoBackoff(), 1))
-            client = redis.asyncio.cluster.RedisCluster.from_url(target.url, **kw)
-        elif target.kind == "sentinel":
-            kw.setdefault("retry", Retry(NoBackoff(), 0))
-            sentinel: Any = _AsyncSentinel(
-                target.sentinels,
-                sentinel_kwargs={k: v for k, v in kw.items() if k.startswith("socket_")},
-                **({"ssl": True} if target.ssl else {}),
-                **{k: v for k, v in kw.items() if k != "retry"},
-            )
-            client = sentinel.master_for(
-                target.service, db=target.db, username=target.username,
-                password=target.password, retry=kw["retry"],
-            )
-        else:
-            kw.setdefault("retry", Retry(NoBackoff(), 0))
-            client = redis.asyncio.Redis.from_url(target.url, **kw)
-        return cls(client, prefix=prefix, client_clock=client_clock, _describe=describe,
-                   _owns_client=True, **store_options)
+    def _from_target(cls, target: _Target, kw: dict[str, Any], timeout: float,
+                     **options: Any) -> AsyncRedisStore:
+        options.setdefault("timeout", timeout)
+        return cls(async_client(target, kw), _describe=options.pop("describe"),
+                   _owns_client=True, **options)
 
     @property
     def client(self) -> Any:
@@ -514,18 +318,17 @@ class AsyncRedisStore(_RedisCore):
 
     # -- I/O ------------------------------------------------------------------------------
 
-    async def _execute(self, call: _Call) -> Any:
-        breaker = self._breaker_for(call, self._client)
-        self._short_circuit(breaker)
+    async def _attempt(self, call: _Call) -> _Outcome:
+        breaker, refused = self._gate(call)
         try:
-            if self.coalesce and call.script is not None:
-                reply = await self._submit(call)
-            else:
-                reply = await self._bounded(self._send_one(call))
+            return refused or self._answered(breaker, await self._send(call))
         except Exception as e:
-            raise self._failed(breaker, e) from e
-        breaker.success()
-        return reply
+            return self._raised(breaker, e)
+
+    async def _send(self, call: _Call) -> Any:
+        if self.coalesce and call.script is not None:
+            return await self._submit(call)
+        return await self._bounded(self._send_one(call))
 
     async def _bounded(self, aw: Any) -> Any:
         if self.timeout is None:
@@ -536,16 +339,17 @@ class AsyncRedisStore(_RedisCore):
         return await asyncio.wait_for(aw, self.timeout)
 
     async def _send_one(self, call: _Call) -> Any:
-        client = self._client
-        self.stats.calls += 1
-        script = call.script
+        client, stats, script = self._client, self.stats, call.script
+        if call.command == "scan":
+            return [k async for k in client.scan_iter(match=call.args[0], count=1000)]
+        stats.calls += 1
         if script is None:
             return await (client.delete(*call.keys) if call.keys else client.ping())
         try:
             return await client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
         except rex.NoScriptError:
-            self.stats.noscript_reloads += 1
-            self.stats.calls += 1
+            stats.noscript_reloads += 1
+            stats.calls += 1
             return await client.eval(script.text, len(call.keys), *call.keys, *call.args)
 
     async def _submit(self, call: _Call) -> Any:
@@ -616,81 +420,38 @@ class AsyncRedisStore(_RedisCore):
         return results
 
     async def _run(self, plan: _Plan[T]) -> T:
-        try:
-            call = next(plan)
-            while True:
-                try:
-                    reply = await self._execute(call)
-                except StoreError as e:
-                    call = plan.throw(e)
-                else:
-                    call = plan.send(reply)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
+        done, x = _advance(plan, None)
+        while not done:
+            done, x = _advance(plan, await self._attempt(x))
+        return x  # type: ignore[no-any-return]
 
-    # -- the AsyncStore protocol -------------------------------------------------------------
+    # -- the AsyncStore protocol (each method: see `RedisStore`'s without the ``a``) ---------
 
     async def adecide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision:
-        deny = self._deny
-        t, check = 0.0, [(limit, key, cost)]
-        if deny is not None:
-            t = self._local_now(now)
-            hit = self._cached(check, t)
-            if hit is not None:
-                return hit[0]
-        d = self._parse_one(await self._execute(self._one_call(limit, key, cost, now)), limit)
-        if deny is not None and not d.allowed:
-            self._remember(check, t, [d])
-        return d
+        return await self._run(self._decide_one_plan(limit, key, cost, now))
 
     async def adecide(self, checks: Sequence[Check], now: float,
                       consume: bool = True) -> tuple[list[Decision], float]:
-        if not checks:
-            return [], now
-        t = 0.0
-        if self._deny is not None:
-            t = self._local_now(now)
-            hit = self._cached(checks, t)
-            if hit is not None:
-                return hit, now
-        decisions, at = await self._run(self._decide_plan(checks, now, consume))
-        if self._deny is not None:
-            self._remember(checks, t, decisions)
-        return decisions, at
+        return await self._run(self._decide_cached_plan(checks, now, consume))
 
     async def arefund(self, checks: Sequence[Check], now: float, at: float) -> None:
-        if checks:
-            self._forget((), None, checks)
-            await self._run(self._refund_plan(checks, now, at))
+        await self._run(self._refund_all_plan(checks, now, at))
 
     async def areset(self, limits: Sequence[Limit], key: str) -> None:
-        if limits:
-            self._forget(limits, key)
-            await self._run(self._reset_plan(limits, key))
+        await self._run(self._reset_all_plan(limits, key))
 
     async def ainspect(self, limits: Sequence[Limit], key: str,
                        now: float | None = None) -> list[KeyState]:
-        """See `RedisStore.inspect`."""
         return await self._run(self._inspect_plan(limits, key, now))
 
-    async def aping(self) -> bool:
-        """See `RedisStore.ping`."""
-        try:
-            return bool(await self._execute(_Call(None, [], [])))
-        except StoreError:
-            return False
+    async def ascan(self, key: str) -> list[tuple[str, str, float | None, Any]]:
+        return await self._run(self._scan_plan(key))
 
     async def astate(self, limit: Limit, key: str) -> Any:
-        """See `RedisStore.state`."""
+        return await self._run(self._state_plan(limit, key))
 
-        def plan() -> _Plan[Any]:
-            reply = yield _Call(STATE, [self.state_key(limit, key)], [])
-            if not isinstance(reply, list) or len(reply) < 3:
-                raise _bad_reply("the state script", reply)
-            return self._parse_state(limit, _str(reply[0]), list(reply[3:]))
-
-        return await self._run(plan())
+    async def aping(self) -> bool:
+        return await self._run(self._ping_plan())
 
     # -- lifecycle ------------------------------------------------------------------------------
 
