@@ -32,6 +32,7 @@ from ratekeeper import (
 )
 from ratekeeper.stores._lua import ONE
 from ratekeeper.stores.redis import AsyncRedisStore, RedisStore
+from ratekeeper.testing import ManualClock
 from tests.integration.conftest import missing
 from tests.servers import (
     RedisCluster,
@@ -88,9 +89,11 @@ def recover(hit: Callable[[], Any], *, within: float = 5.0) -> Decision:
     return d
 
 
-def make(server_url: str, policy: str, errors: list[BaseException]) -> tuple[RedisStore, Limiter]:
+def make(server_url: str, policy: str, errors: list[BaseException],
+         local_clock: Callable[[], float] = time.monotonic) -> tuple[RedisStore, Limiter]:
     store = RedisStore.from_url(server_url, timeout=TIMEOUT, breaker_failures=3,
-                                breaker_cooldown=COOLDOWN, on_error=errors.append)
+                                breaker_cooldown=COOLDOWN, on_error=errors.append,
+                                local_clock=local_clock)
     limiter = Limiter(LIMIT, store, failure=policy, fallback_share=0.5,  # type: ignore[arg-type]
                       on_store_error=lambda e: None)
     return store, limiter
@@ -189,7 +192,8 @@ def test_sigstop_is_bounded_by_the_timeout(server_factory: Callable[..., RedisSe
                                            policy: str) -> None:
     server = server_factory("redis")
     errors: list[BaseException] = []
-    store, limiter = make(server.url, policy, errors)
+    breaker_clock = ManualClock(100.0)  # the cool-down passes when the test says so
+    store, limiter = make(server.url, policy, errors, breaker_clock)
     assert limiter.hit("k").allowed
     server.pause()
     try:
@@ -206,14 +210,25 @@ def test_sigstop_is_bounded_by_the_timeout(server_factory: Callable[..., RedisSe
         assert all(d >= TIMEOUT * 0.8 for d in durations[:3]), durations
         assert (stats.calls - sent, stats.short_circuited - short) == (3, 9), stats
         # half-open: one probe per cool-down pays the timeout again, the rest fail fast
-        time.sleep(COOLDOWN)  # at least the cool-down, however loaded the machine
+        sent, short = stats.calls, stats.short_circuited
+        breaker_clock.advance(COOLDOWN - 0.001)  # just before the cool-down ends: no probe
+        assert store.breaker.state == "open"
+        check_degraded(policy, timed(lambda: limiter.hit("k"))[0])
+        assert (stats.calls - sent, stats.short_circuited - short) == (0, 1), stats
+        breaker_clock.advance(0.001)
+        assert store.breaker.state == "half-open"
         sent, short = stats.calls, stats.short_circuited
         probe = [timed(lambda: limiter.hit("k"))[1] for _ in range(3)]
         assert TIMEOUT * 0.8 <= probe[0] < TIMEOUT + MARGIN, probe
         assert (stats.calls - sent, stats.short_circuited - short) == (1, 2), stats
     finally:
         server.resume()
-    d = recover(lambda: limiter.hit("k"))
+
+    def after_a_cooldown() -> Any:
+        breaker_clock.advance(COOLDOWN)  # each attempt may probe
+        return limiter.hit("k")
+
+    d = recover(after_a_cooldown)
     assert not d.degraded
     store.close()
 

@@ -71,6 +71,7 @@ class StoreOptions(TypedDict, total=False):
     deny_cache: bool
     deny_cache_size: int
     on_error: Callable[[StoreError], None] | None
+    local_clock: Callable[[], float]
 
 
 def _advance(plan: _Plan[Any], outcome: _Outcome | None) -> tuple[bool, Any]:
@@ -223,6 +224,7 @@ class _RedisCore:
         deny_cache: bool = False,
         deny_cache_size: int = 100_000,
         on_error: Callable[[StoreError], None] | None = None,
+        local_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
             raise ConfigError(
@@ -252,10 +254,11 @@ class _RedisCore:
         self._grace_ms = str(math.ceil(self.clock_grace * 1000))
         self.breaker_failures = breaker_failures
         self.breaker_cooldown = float(breaker_cooldown)
+        self._local_clock = local_clock
         self._breakers: dict[str, CircuitBreaker] = {}
         self._breakers_lock = threading.Lock()
         self._breaker = self._new_breaker("cluster" if cluster else describe)
-        self._deny = _DenyCache(deny_cache_size) if deny_cache else None
+        self._deny = _DenyCache(deny_cache_size, clock=local_clock) if deny_cache else None
         self.on_error = on_error
         self.stats = RedisStoreStats()
         self._describe = describe
@@ -699,7 +702,8 @@ class _RedisCore:
     # -- failures ---------------------------------------------------------------------------
 
     def _new_breaker(self, name: str) -> CircuitBreaker:
-        return CircuitBreaker(self.breaker_failures, self.breaker_cooldown, name=name)
+        return CircuitBreaker(self.breaker_failures, self.breaker_cooldown, name=name,
+                              clock=self._local_clock)
 
     def _breaker_for(self, call: _Call, client: Any) -> CircuitBreaker:
         """The breaker of the server `call` goes to: one per cluster node, else the store's."""
@@ -781,7 +785,9 @@ class _RedisCore:
     # -- deny cache -------------------------------------------------------------------------
 
     def _local_now(self, now: float) -> float:
-        return now if self.uses_client_clock else time.monotonic()
+        """The deny cache's time: the caller's clock, or (server clock) the local one."""
+        assert self._deny is not None
+        return now if self.uses_client_clock else self._deny.clock()
 
     def _cached(self, checks: Sequence[Check], t: float) -> list[Decision] | None:
         assert self._deny is not None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 from ..._types import Decision
 
@@ -21,8 +23,10 @@ class _DenyCache:
     rejected. Entries with a ``None`` retry (cost above capacity) are not cached.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.size = size
+        #: Local time (seconds) for a store on the server's clock; tests pass a ManualClock.
+        self.clock = clock
         self._data: dict[tuple[_Ident, ...], tuple[float, float, tuple[float, ...],
                                                                 list[Decision]]] = {}
         self._lock = threading.Lock()

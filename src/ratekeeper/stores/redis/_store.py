@@ -66,6 +66,8 @@ class RedisStore(_RedisCore):
       missing key (a full bucket) it would over-admit on.
     - `breaker_failures`, `breaker_cooldown`: the `CircuitBreaker` (5 consecutive
       unavailable calls open it for 0.25 s, then one call probes; 0 disables it).
+    - `local_clock`: the clock (seconds, monotonic) the breakers' cool-downs and, on the
+      server clock, the deny cache read; default `time.monotonic` (tests: a `ManualClock`).
     - `deny_cache`: answer checks that cannot pass yet locally (off by default). After a
       rejection, the same check with costs at least as large is rejected without a round
       trip until the earliest time it could pass. The trade: its `remaining` is the one of
