@@ -5,20 +5,33 @@ the deciding limit, degraded), on a healthy store and on one that is down under 
 failure policy.
 
 Each surface is a factory ``(limits, store, clock, failure, share) -> decide(key, cost)``.
-The decision service's HTTP and gRPC surfaces join `SURFACES` (see the marked place) once
-they decide through the core too.
+The decision service joins as two surfaces: its HTTP JSON API (the Starlette app, in
+process) and Envoy's gRPC protocol (a real grpc.aio server on loopback, called through a
+channel). The service keys a counter by its descriptor (``client=alice``), so it gets a
+store of its own in the taking-turns test; gRPC carries only the verdict and the remaining
+quota, so that surface is compared on those.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import grpc
+import httpx
 import pytest
 
 from ratekeeper import AsyncLimiter, Decision, Limit, Limiter, MemoryStore, StoreUnavailable
+from ratekeeper._json import decision_json
 from ratekeeper.http import HTTPPolicy, RateLimitMiddleware, WSGIRateLimitMiddleware
+from ratekeeper.service import PolicyHolder, Service, create_app
+from ratekeeper.service._grpc import start_grpc_server
+from ratekeeper.service.proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from ratekeeper.stores._base import Check
 from ratekeeper.testing import ManualClock
 
@@ -125,16 +138,140 @@ def _wsgi(limits: Sequence[Limit], store: Any, clock: ManualClock, failure: str,
     return decide
 
 
-#: Every way to ask for a decision. The decision service's surfaces go here, e.g.
-#: ``pytest.param(_service_http, id="service-http")`` and ``pytest.param(_service_grpc,
-#: id="service-grpc")``: factories with the same signature that start the service on the
-#: given store and clock (loopback only) and return its decision for (key, cost).
+# -- the decision service --------------------------------------------------------------------
+
+
+def _policies_toml(limits: Sequence[Limit], failure: str, share: float) -> str:
+    """The service's policies for `limits`: domain ``d``, descriptor key ``client``."""
+    lines = ["[service]", f'failure = "{failure}"', "max_cost = 100"]
+    if failure == "local":
+        lines.append(f"fallback_share = {share}")
+    for lim in limits:
+        rate = lim.rate
+        lines += ["", f"[domains.d.limits.{lim.name}]", f'algorithm = "{lim.algorithm}"',
+                  f'rate = "{rate.amount:g}/{rate.period:g}s"']  # type: ignore[union-attr]
+        if lim.burst is not None and lim.algorithm != "fixed-window":
+            lines.append(f"burst = {lim.burst:g}")
+        if lim.scope == "global":
+            lines.append('scope = "global"')
+    names = ", ".join(f'"{lim.name}"' for lim in limits)
+    lines += ["", "[[domains.d.descriptors]]", 'key = "client"', f"limits = [{names}]"]
+    return "\n".join(lines) + "\n"
+
+
+def _service(limits: Sequence[Limit], store: Any, clock: ManualClock, failure: str,
+             share: float) -> Service:
+    path = POLICY_DIR / f"{uuid.uuid4().hex}.toml"
+    path.write_text(_policies_toml(limits, failure, share), encoding="utf-8")
+    return Service(PolicyHolder(path), store, clock=clock)
+
+
+def _service_decision(body: dict[str, Any]) -> Decision:
+    """The `Decision` a ``/v1/check`` answer carries (its JSON form, rounded to the ns)."""
+    d = body["decision"]
+    # The service names a domain's limits DOMAIN.NAME (limits of two domains never share
+    # state); the limit is the one of that name here.
+    limit = next(lim for lim in LIMITS if f"d.{lim.name}" == d["limit"])
+    return Decision(d["allowed"], d["remaining"], float(d["retry_after"]) if
+                    d["retry_after"] is not None else None, float(d["reset_after"]),
+                    float(d["delay"]), limit, body["degraded"])
+
+
+def _service_http(limits: Sequence[Limit], store: Any, clock: ManualClock, failure: str,
+                  share: float) -> Decide:
+    app = create_app(_service(limits, store, clock, failure, share))
+
+    async def post(key: str, cost: float) -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://rk") as c:
+            r = await c.post("/v1/check", json={"domain": "d", "descriptors": [{"client": key}],
+                                                "cost": cost})
+        assert r.status_code == 200, r.text
+        out: dict[str, Any] = r.json()
+        return out
+
+    return lambda key, cost: _service_decision(asyncio.run(post(key, cost)))
+
+
+class _GrpcServer:
+    """The service's grpc.aio server on a loopback port, its loop on a thread of its own."""
+
+    def __init__(self, service: Service) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server, port = asyncio.run_coroutine_threadsafe(
+            start_grpc_server(service, "127.0.0.1", 0), self.loop).result(timeout=30)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self.stub = rls_pb2_grpc.RateLimitServiceStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+        asyncio.run_coroutine_threadsafe(self.server.stop(None), self.loop).result(timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=30)
+        self.loop.close()
+
+
+GRPC_SERVERS: list[_GrpcServer] = []
+
+
+def _service_grpc(limits: Sequence[Limit], store: Any, clock: ManualClock, failure: str,
+                  share: float) -> Decide:
+    server = _GrpcServer(_service(limits, store, clock, failure, share))
+    GRPC_SERVERS.append(server)
+
+    def decide(key: str, cost: float) -> Decision:
+        entry = ratelimit_pb2.RateLimitDescriptor.Entry(key="client", value=key)
+        req = rls_pb2.RateLimitRequest(domain="d", hits_addend=int(cost), descriptors=[
+            ratelimit_pb2.RateLimitDescriptor(entries=[entry])])
+        resp = server.stub.ShouldRateLimit(req, timeout=30)
+        allowed = resp.overall_code == rls_pb2.RateLimitResponse.OK
+        # gRPC says the verdict and the quota left; the rest is compared over HTTP.
+        return Decision(allowed, resp.statuses[0].limit_remaining, None, 0.0, 0.0)
+
+    return decide
+
+
+def _verdict(d: Decision) -> tuple[bool, int]:
+    return d.allowed, d.remaining
+
+
+#: Every way to ask for a decision: factories that make a surface on the given store and
+#: clock (loopback only) and return its decision for (key, cost).
 SURFACES: list[Any] = [
     pytest.param(_sync_limiter, id="Limiter"),
     pytest.param(_async_limiter, id="AsyncLimiter"),
     pytest.param(_asgi, id="asgi"),
     pytest.param(_wsgi, id="wsgi"),
+    pytest.param(_service_http, id="service-http"),
+    pytest.param(_service_grpc, id="service-grpc"),
 ]
+
+#: Surfaces that decide on the library's keys (the service keys by descriptor).
+LIBRARY_SURFACES = SURFACES[:4]
+POLICY_DIR = Path()
+
+
+@pytest.fixture(autouse=True)
+def _service_files(tmp_path: Path) -> Iterator[None]:
+    global POLICY_DIR  # noqa: PLW0603  (the factories' signature has no room for a path)
+    POLICY_DIR = tmp_path
+    yield
+    while GRPC_SERVERS:
+        GRPC_SERVERS.pop().close()
+
+
+def same(surface: Surface, got: list[Decision], want: list[Decision]) -> None:
+    """`got` is `want`: whole decisions; over the service's HTTP API as their JSON form (times
+    to the nanosecond) with `degraded`; over gRPC the verdict and the quota left."""
+    if surface is _service_grpc:
+        assert [_verdict(d) for d in got] == [_verdict(d) for d in want]
+    elif surface is _service_http:
+        assert [(decision_json(d), d.degraded) for d in got] == \
+            [(decision_json(d), d.degraded) for d in want]
+    else:
+        assert got == want
 
 
 class DownStore(MemoryStore):
@@ -175,8 +312,8 @@ def test_the_steps_exercise_every_kind_of_decision() -> None:
 @pytest.mark.parametrize("limits", [LIMITS, LIMITS[:1]], ids=["composite", "one-limit"])
 def test_every_surface_decides_as_the_limiter_on_a_memory_store(
         surface: Surface, limits: Sequence[Limit]) -> None:
-    assert replay(surface, MemoryStore(), limits=limits) == \
-        replay(_sync_limiter, MemoryStore(), limits=limits)
+    same(surface, replay(surface, MemoryStore(), limits=limits),
+         replay(_sync_limiter, MemoryStore(), limits=limits))
 
 
 def test_surfaces_taking_turns_on_one_store_decide_as_one_limiter() -> None:
@@ -184,7 +321,7 @@ def test_surfaces_taking_turns_on_one_store_decide_as_one_limiter() -> None:
     # surface decides through the same core on the same state, the sequence is the one a
     # lone Limiter produces.
     store, clock = MemoryStore(), ManualClock(START)
-    surfaces = [p.values[0] for p in SURFACES]
+    surfaces = [p.values[0] for p in LIBRARY_SURFACES]
     deciders = [s(LIMITS, store, clock, "open", 1.0) for s in surfaces]
     got = []
     for i, (t, key, cost) in enumerate(STEPS):
@@ -199,8 +336,8 @@ def test_surfaces_taking_turns_on_one_store_decide_as_one_limiter() -> None:
 def test_with_the_store_down_every_surface_gives_the_failure_policys_decision(
         surface: Surface, failure: str, share: float) -> None:
     got = replay(surface, DownStore(), failure, share)
-    assert got == replay(_sync_limiter, DownStore(), failure, share)
-    assert all(d.degraded for d in got)
+    same(surface, got, replay(_sync_limiter, DownStore(), failure, share))
+    assert surface is _service_grpc or all(d.degraded for d in got)
     if failure == "open":
         assert all(d.allowed for d in got)
     elif failure == "closed":
