@@ -1,8 +1,8 @@
 """RedisStore against real servers: Redis 7, Valkey 8 and a 3+3 Redis Cluster.
 
 * every shared conformance case, through a `Limiter` on a client-clock `RedisStore`;
-* every step table of tests/unit, replayed through Redis (the unit tests' own functions, with
-  their ``run``/``Runner`` pointed at a Redis-backed runner);
+* every step table of tests/unit, replayed through Redis (the unit tests' own functions, given
+  a Redis `StoreBackend` as their ``backend``);
 * the store's contract: key layout, expiry, refund, reset, peek, composite all-or-nothing
   (one script, or reserve-then-refund across cluster slots), garbage replies, NOSCRIPT,
   one round trip per decision, the deny cache, ``inspect``.
@@ -31,7 +31,6 @@ import redis.cluster
 from ratekeeper import (
     GLOBAL_KEY,
     ConfigError,
-    Decision,
     Limit,
     Limiter,
     MemoryStore,
@@ -145,25 +144,6 @@ def test_changing_a_limits_algorithm_under_its_name_starts_fresh_in_memory(
 # -- the unit step tables, through Redis ----------------------------------------------------
 
 
-class RedisRunner:
-    """`tests.unit._steps.Runner` with the state in Redis (client clock, own namespace)."""
-
-    def __init__(self, limit: Limit, store: RedisStore) -> None:
-        self.limit = limit
-        self.backend = "redis"
-        self.algo = get(limit.algorithm)
-        self.store = store
-        self.clock = ManualClock()
-        self.limiter = Limiter(limit, store, clock=self.clock, failure="raise")
-
-    def decide(self, t: float, cost: float, key: str = "a") -> Decision:
-        self.clock.set(t)
-        return self.limiter.hit(key, cost)
-
-    def state(self, key: str = "a") -> Any:
-        return self.store.state(self.limit, key)
-
-
 UNIT_MODULES = [
     importlib.import_module(f"tests.unit.test_{name}")
     for name in ("token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window_log",
@@ -210,33 +190,18 @@ def test_step_tables_were_found() -> None:
 
 @pytest.mark.parametrize(("module", "fn", "kwargs"), STEP_TESTS)
 def test_unit_step_table(target: StoreTarget, module: ModuleType, fn: Callable[..., None],
-                         kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    store = target.store(client_clock=True, prefix=fresh_prefix())
-    real_runner = _steps.Runner
+                         kwargs: dict[str, Any]) -> None:
+    """The unit test function itself, with a Redis store as its backend (the table runner
+    takes the store: one client, a fresh namespace for every runner the test makes)."""
+    client = target.store(client_clock=True)._get_client()
+    made: list[RedisStore] = []
 
-    def runner(limit: Limit, backend: str) -> Any:
-        if backend != "redis":
-            return real_runner(limit, backend)
-        # a fresh namespace per runner: a test may replay several tables
-        return RedisRunner(limit, RedisStore(store.client if store.client is not None
-                                             else store._get_client(),
-                                             client_clock=True, prefix=fresh_prefix()))
+    def make() -> RedisStore:
+        made.append(RedisStore(client, client_clock=True, prefix=fresh_prefix()))
+        return made[-1]
 
-    def run(limit: Limit, steps: Any, backend: str) -> Any:
-        r = runner(limit, backend)
-        for i, step in enumerate(steps):
-            before = r.state(step.key)
-            d = r.decide(step.t, step.cost, step.key)
-            _steps.check(i, step, d)
-            assert d.limit == limit
-            if not d.allowed:
-                assert r.state(step.key) == before, f"step {i}: a rejection changed the state"
-        return r
-
-    monkeypatch.setattr(module, "run", run)
-    if hasattr(module, "Runner"):
-        monkeypatch.setattr(module, "Runner", runner)
-    fn(backend="redis", **kwargs)
+    fn(backend=_steps.StoreBackend(target.kind, make), **kwargs)
+    assert made and sum(s.stats.calls for s in made) > 0  # decided on the server
 
 
 # -- the store contract ---------------------------------------------------------------------

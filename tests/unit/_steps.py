@@ -6,7 +6,10 @@ A table is a list of `Step`: at instant ``t``, a request of ``cost`` for ``key``
 one backend:
 
 * ``"pure"``: the algorithm's pure ``decide`` function, keeping the states in a dict;
-* ``"memory"``: a `Limiter` on a `MemoryStore` with a `ManualClock`.
+* ``"memory"``: a `Limiter` on a `MemoryStore` with a `ManualClock`;
+* a `StoreBackend`: a `Limiter` (``failure="raise"``) on the store it makes, one fresh store
+  per runner. tests/integration passes Redis, Valkey and cluster ones to the same test
+  functions, as their ``backend`` argument: nothing is patched.
 
 After every rejected step it also checks that the key's state did not change.
 """
@@ -14,7 +17,7 @@ After every rejected step it also checks that the key's state did not change.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import pytest
@@ -23,7 +26,7 @@ from ratekeeper import Decision, Limit, Limiter, MemoryStore
 from ratekeeper.algorithms import get
 from ratekeeper.testing import ManualClock
 
-__all__ = ["ANY", "BACKENDS", "Runner", "Step", "run"]
+__all__ = ["ANY", "BACKENDS", "Runner", "Step", "StoreBackend", "run"]
 
 #: Time and float tolerance for a step table (the tables use exact instants); a duration
 #: computed at instant t also carries t's own rounding (0.24 µs at Unix time), see `_close`.
@@ -51,17 +54,37 @@ class Step(NamedTuple):
     key: str = "a"
 
 
+class StoreBackend(NamedTuple):
+    """A store to replay tables on: `make()` returns a fresh one (its own namespace), with
+    ``state(limit, key)`` and, if it keeps time, a client clock."""
+
+    name: str
+    make: Callable[[], Any]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+MEMORY = StoreBackend("memory", MemoryStore)
+
+
 class Runner:
     """Decisions for one limit through one backend, with access to the raw state."""
 
-    def __init__(self, limit: Limit, backend: str) -> None:
+    def __init__(self, limit: Limit, backend: str | StoreBackend) -> None:
         self.limit = limit
-        self.backend = backend
+        self.backend = str(backend)
         self.algo = get(limit.algorithm)
         self.states: dict[str, Any] = {}
         self.clock = ManualClock()
-        self.store = MemoryStore()
-        self.limiter = Limiter(limit, self.store, clock=self.clock, sleep=self.clock.sleep)
+        if backend == "pure":
+            return
+        if not isinstance(backend, StoreBackend):
+            assert backend == "memory", f"unknown backend {backend!r}"
+            backend = MEMORY
+        self.store = backend.make()
+        self.limiter = Limiter(limit, self.store, clock=self.clock, sleep=self.clock.sleep,
+                               failure="raise")
 
     def decide(self, t: float, cost: float, key: str = "a") -> Decision:
         if self.backend == "pure":
@@ -105,7 +128,7 @@ def check(i: int, step: Step, d: Decision) -> None:
         assert d.delay == 0.0, where
 
 
-def run(limit: Limit, steps: Sequence[Step], backend: str) -> Runner:
+def run(limit: Limit, steps: Sequence[Step], backend: str | StoreBackend) -> Runner:
     """Replay `steps`; fail at the first step that disagrees."""
     r = Runner(limit, backend)
     for i, step in enumerate(steps):
