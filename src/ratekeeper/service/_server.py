@@ -32,7 +32,7 @@ import uvicorn
 from .._errors import RateKeeperError
 from ..stores._base import AsyncStore
 from ..stores._url import open_store as open_any_store
-from ..stores._url import redact
+from ..stores._urlforms import redact
 from ..stores.memory import MemoryStore
 from ._grpc import grpc_address, start_grpc_server
 from ._http import create_app

@@ -28,7 +28,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from ..._errors import ConfigError
-from .._url import VALID_FORMS, redact
+from .._urlforms import VALID_FORMS, redact
 
 _asyncio_timeout: Any = getattr(asyncio, "timeout", None)
 

@@ -19,7 +19,7 @@ from ...algorithms._common import new_decision
 from ...algorithms.leaky_bucket import params as leaky_params
 from .._base import Check
 from .._lua import ALGORITHM_IDS, ALGORITHM_TAGS, CHECK, ONE, ONE_FAST, REFUND, STATE, Script
-from .._url import redact
+from .._urlforms import redact
 from ._breaker import CircuitBreaker
 from ._client import (
     _UNAVAILABLE_CODES,
