@@ -223,3 +223,126 @@ def test_one_limit_server_clock_agrees_with_python(standalone: StoreTarget,
     limiter = Limiter(lim, store)
     assert [limiter.hit("c").allowed for _ in range(5)] == [True] * 5
     assert limiter.hit("c").allowed is False
+
+
+# -----------------------------------------------------------------------------------------
+# The straight-line one-limit scripts against the general one
+# -----------------------------------------------------------------------------------------
+
+#: Runs a script's text unchanged, as the body of a function whose KEYS, ARGV and `redis`
+#: shadow the globals. This `redis` answers TIME with the instant in ARGV[1..2] (seconds and
+#: microseconds, as TIME gives them; "" leaves TIME alone), notes the expiry (ms) of every
+#: PEXPIRE and SET ... PX, and passes every command through; the script gets ARGV[3..].
+#: The reply is {the script's reply, the last expiry set (nil: none)}. So the straight-line
+#: and the general script can decide on the *server clock* at one chosen instant, and be
+#: compared decision by decision, expiry by expiry.
+HARNESS = """
+local real, s, us = redis, ARGV[1], ARGV[2]
+local expiry = false
+local pinned = setmetatable({}, {__index = real})
+pinned.call = function(cmd, ...)
+  local args = {...}
+  if cmd == 'TIME' and s ~= '' then
+    return {s, us}
+  elseif cmd == 'PEXPIRE' then
+    expiry = args[2]
+  elseif cmd == 'SET' then
+    for i = 3, #args - 1 do
+      if args[i] == 'PX' then
+        expiry = args[i + 1]
+      end
+    end
+  end
+  return real.call(cmd, ...)
+end
+local argv = {}
+for i = 3, #ARGV do
+  argv[#argv + 1] = ARGV[i]
+end
+local function script(KEYS, ARGV, redis)
+%s
+end
+local reply = script(KEYS, argv, pinned)
+return {reply, expiry}
+"""
+
+#: Grace (ms) on every expiry, so that keys outlive the example in real time.
+GRACE_MS = "60000"
+
+
+@st.composite
+def fast_traces(draw: st.DrawFn) -> tuple[Limit, bool, list[tuple[float, int]]]:
+    """A gcra or token-bucket limit, a clock (server or client) and steps (cost, instant):
+    the instant mostly moves forward and sometimes back; on the server clock it is whole
+    microseconds at Unix-epoch scale, as TIME gives it."""
+    algorithm = draw(st.sampled_from(["gcra", "token-bucket"]))
+    rate = draw(st.sampled_from(["1/s", "2/s", "3/2s", "10/s", "5/m", "2.5/s", "7/100ms",
+                                 "100/h", "3/s"]))
+    burst = draw(st.sampled_from([None, 1, 2.5, 3, 10]))
+    limit = Limit(algorithm, rate, burst=burst, name="fast")
+    server = draw(st.booleans())
+    costs = [1, 1, 1, 2, 0.5, 1.5, 3, 0.25, 11]  # 11: above every burst, never admitted
+    if server:
+        us = draw(st.sampled_from([1_764_000_000_000_000, 1_764_000_000_123_456,
+                                   1_764_000_000_999_999]))
+    else:
+        us = round(draw(st.sampled_from([0.0, 12.345, 1_764_000_000.123456])) * 1e6)
+    steps: list[tuple[float, int]] = []
+    for _ in range(draw(st.integers(1, 40))):
+        us = max(0, us + round(draw(st.sampled_from(STEPS)) * 1e6)
+                 + draw(st.sampled_from([0, 0, 1, -1, 7])))
+        steps.append((draw(st.sampled_from(costs)), us))
+    return limit, server, steps
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(trace=fast_traces())
+@example(trace=(  # server clock: admissions, a jump back (refill waits for `last`), cost > b
+    Limit("token-bucket", "2/s", burst=2.5, name="fast"), True,
+    [(1, 1_764_000_000_123_456), (1.5, 1_764_000_000_123_456), (1, 1_764_000_000_623_457),
+     (0.25, 1_763_999_999_823_456), (11, 1_763_999_999_823_456),
+     (1, 1_764_000_001_123_456)]))
+@example(trace=(  # client clock near 0: GCRA's tat ahead of a clock that went back
+    Limit("gcra", "3/2s", burst=3, name="fast"), False,
+    [(3, 1_000_000), (0.5, 700_000), (1, 2_000_001), (11, 2_000_001), (1, 1_999_999)]))
+def test_straight_line_scripts_decide_as_the_general_script(
+        standalone: StoreTarget, trace: tuple[Limit, bool, list[tuple[float, int]]]) -> None:
+    """one_gcra.lua and one_token_bucket.lua are the general script's arithmetic written out
+    for speed: on one trace, the straight-line script (``ONE[algorithm]``) on one key and
+    the general one (``CHECK``, charging) on another give equal decisions (same floats),
+    equal states and equal expiries after every step, on the server clock and on a client
+    clock, time going backwards included."""
+    from ratekeeper.stores._lua import CHECK, ONE  # noqa: PLC0415
+
+    limit, server, steps = trace
+    client = standalone.admin
+    store = standalone.store(prefix=f"rk-fast-{uuid.uuid4().hex[:8]}:")
+    fast, general = ONE[limit.algorithm], CHECK
+    assert fast is not ONE["leaky-bucket"]  # (a straight-line script of its own)
+    fast_sha = client.script_load(HARNESS % fast.text)
+    general_sha = client.script_load(HARNESS % general.text)
+    fast_key, general_key = store.state_key(limit, "fast"), store.state_key(limit, "general")
+    algo_id, p1, p2, _ = store._limit_args(limit)
+    for i, (cost, us) in enumerate(steps):
+        s, micro = divmod(us, 1_000_000)
+        if server:
+            pin, now_arg = [str(s), str(micro)], ""
+        else:
+            pin, now_arg = ["", ""], repr(us / 1e6)
+        # one_<algorithm>.lua: cost, r, b, min expiry (ms), now ("" = TIME), grace (ms)
+        fast_reply, fast_expiry = client.evalsha(
+            fast_sha, 1, fast_key, *pin, repr(float(cost)), p1, p2, "1", now_arg, GRACE_MS)
+        # check.lua: now, consume, min expiry, grace, then (id, cost, p1, p2, p3) per limit
+        general_reply, general_expiry = client.evalsha(
+            general_sha, 1, general_key, *pin, now_arg, "1", "1", GRACE_MS,
+            algo_id, repr(float(cost)), p1, p2, "0")
+        got = store._parse_one(fast_reply, limit)
+        (want,), at, _ = store._parse_check(general_reply, [(limit, "general", float(cost))])
+        where = (i, cost, us, fast_reply, general_reply)
+        assert at == us / 1e6, where  # the general script decided at the pinned instant
+        assert got == want, where
+        assert store.state(limit, "fast") == store.state(limit, "general"), where
+        # an admission writes the same expiry (from the same ttl), a rejection none
+        assert fast_expiry == general_expiry, where
+        assert (fast_expiry is not None) is want.allowed, where
