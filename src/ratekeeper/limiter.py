@@ -19,7 +19,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from . import core
 from ._errors import RateLimitExceeded, StoreError
@@ -53,29 +53,53 @@ __all__ = [
 log = logging.getLogger("ratekeeper")
 
 F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S")
 
 
-class _Driver:
-    """Everything `Limiter` and `AsyncLimiter` share: their state and their plans."""
+class _Driver(Generic[S]):
+    """Everything `Limiter` and `AsyncLimiter` share: construction, state and the plans.
+
+    A subclass names the store protocol it drives (`_protocol`), its default sleep, and how
+    it binds the one-limit hot path (`_bind_hit`).
+    """
+
+    _protocol: ClassVar[type]
+    _wrong_store: ClassVar[str]
 
     def __init__(
         self,
         limits: Limit | Sequence[Limit],
-        store: Any,
-        clock: Callable[[], float] | None,
+        store: S | None = None,
         *,
-        failure: FailurePolicy,
-        fallback_share: float,
-        on_store_error: Callable[[BaseException], None] | None,
-        max_key_length: int,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Any] | None = None,
+        failure: FailurePolicy = "open",
+        fallback_share: float = 1.0,
+        on_store_error: Callable[[BaseException], None] | None = None,
+        max_key_length: int = core.MAX_KEY_LENGTH,
     ) -> None:
+        the_store: Any = MemoryStore() if store is None else store
+        if not isinstance(the_store, self._protocol):
+            raise TypeError(f"{the_store!r} is not {self._wrong_store}")
+        the_store = cast(Any, the_store)
         self._limits = Limits(limits, max_key_length)
         self._failure = Failure(failure, fallback_share, on_error=on_store_error)
         self.limits: tuple[Limit, ...] = self._limits.all
-        self.store = store
-        self.clock: Callable[[], float] = clock or store.default_clock
+        self.store: S = the_store
+        self.clock: Callable[[], float] = clock or the_store.default_clock
         self.max_key_length = max_key_length
         self._waits = core.Waits(self.clock)
+        self._sleep: Callable[[float], Any] = self._default_sleep() if sleep is None else sleep
+        single = self._limits.single
+        if single is not None:  # the hot path, bound once (see stores._base)
+            self.hit = self._bind_hit(single)
+
+    @staticmethod
+    def _default_sleep() -> Callable[[float], Any]:
+        raise NotImplementedError
+
+    def _bind_hit(self, single: Limit) -> Callable[[str, float], Any]:
+        raise NotImplementedError
 
     @property
     def failure(self) -> FailurePolicy:
@@ -104,14 +128,11 @@ class _Driver:
     # -- plans ---------------------------------------------------------------------------
 
     def _hit_plan(self, key: object, cost: object) -> Plan[Decision]:
-        return (yield from core.hit(self.store, self._limits.checks(key, cost), self.clock(),
-                                    self._failure))
+        return core.hit(self.store, self._limits.checks(key, cost), self.clock(), self._failure)
 
     def _peek_plan(self, key: object, cost: object) -> Plan[Decision]:
-        checks = self._limits.checks(key, cost)
-        decisions, _ = yield from core.decide(self.store, checks, self.clock(), self._failure,
-                                              consume=False)
-        return merge_decisions(decisions)
+        return core.hit(self.store, self._limits.checks(key, cost), self.clock(), self._failure,
+                        consume=False)
 
     def _reset_plan(self, key: object) -> Plan[None]:
         yield Op(self.store, "reset", (self._limits.per_key, self._limits.key(key)))
@@ -156,7 +177,7 @@ class _Reservation:
 
     __slots__ = ("_done", "_limiter", "_ticket", "decision")
 
-    def __init__(self, limiter: _Driver, decision: Decision, ticket: Ticket | None) -> None:
+    def __init__(self, limiter: _Driver[Any], decision: Decision, ticket: Ticket | None) -> None:
         self._limiter = limiter
         self._ticket = ticket
         self.decision = decision
@@ -247,7 +268,7 @@ class AsyncReservation(_Reservation):
                 _refund_failed(self.decision, et, e)
 
 
-class Limiter(_Driver):
+class Limiter(_Driver[Store]):
     """Rate limits for synchronous code.
 
     >>> from ratekeeper import Limit, Limiter
@@ -263,32 +284,17 @@ class Limiter(_Driver):
     `fallback_share` of each limit, ``"raise"`` raises `StoreError`.
     """
 
-    def __init__(
-        self,
-        limits: Limit | Sequence[Limit],
-        store: Store | None = None,
-        *,
-        clock: Callable[[], float] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        failure: FailurePolicy = "open",
-        fallback_share: float = 1.0,
-        on_store_error: Callable[[BaseException], None] | None = None,
-        max_key_length: int = core.MAX_KEY_LENGTH,
-    ) -> None:
-        store = MemoryStore() if store is None else store
-        if not isinstance(store, Store):
-            raise TypeError(f"{store!r} is not a synchronous store; use AsyncLimiter with it")
-        super().__init__(limits, store, clock, failure=failure, fallback_share=fallback_share,
-                         on_store_error=on_store_error, max_key_length=max_key_length)
-        self._sleep = sleep
-        single = self._limits.single
-        if single is not None:  # the hot path, bound once (see stores._base)
-            hooks = self._hooks(self._slow_hit)
-            bind_hit = getattr(store, "bind_hit", None)
-            fast: Callable[[str, float], Decision] = (
-                bind_hit(single, hooks) if bind_hit is not None
-                else bind_fallible_hit(store.bind(single), hooks, store.uses_client_clock))
-            self.hit = fast  # type: ignore[method-assign, assignment]
+    _protocol = Store
+    _wrong_store = "a synchronous store; use AsyncLimiter with it"
+    @staticmethod
+    def _default_sleep() -> Callable[[float], None]:
+        return time.sleep
+
+    def _bind_hit(self, single: Limit) -> Callable[[str, float], Decision]:
+        hooks, bind_hit = self._hooks(self._slow_hit), getattr(self.store, "bind_hit", None)
+        if bind_hit is not None:
+            return bind_hit(single, hooks)  # type: ignore[no-any-return]
+        return bind_fallible_hit(self.store.bind(single), hooks, self.store.uses_client_clock)
 
     def _slow_hit(self, key: str, cost: float) -> Decision:
         return run(self._hit_plan(key, cost))
@@ -341,39 +347,24 @@ class Limiter(_Driver):
                           asleep=asleep)
 
 
-class AsyncLimiter(_Driver):
+class AsyncLimiter(_Driver[AsyncStore]):
     """Rate limits for asyncio code: the same API as `Limiter`, with coroutines.
 
     Works with any `AsyncStore` (`MemoryStore`, the async Redis store).
     """
 
-    def __init__(
-        self,
-        limits: Limit | Sequence[Limit],
-        store: AsyncStore | None = None,
-        *,
-        clock: Callable[[], float] | None = None,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        failure: FailurePolicy = "open",
-        fallback_share: float = 1.0,
-        on_store_error: Callable[[BaseException], None] | None = None,
-        max_key_length: int = core.MAX_KEY_LENGTH,
-    ) -> None:
-        store = MemoryStore() if store is None else store
-        if not isinstance(store, AsyncStore):
-            raise TypeError(f"{store!r} is not an asyncio store; use Limiter with it")
-        super().__init__(limits, store, clock, failure=failure, fallback_share=fallback_share,
-                         on_store_error=on_store_error, max_key_length=max_key_length)
-        self._sleep = sleep
-        single = self._limits.single
-        if single is not None:  # the hot path, bound once (see stores._base)
-            hooks = self._hooks(self._slow_hit)
-            abind_hit = getattr(store, "abind_hit", None)
-            fast: Callable[[str, float], Awaitable[Decision]] = (
-                abind_hit(single, hooks) if abind_hit is not None
-                else abind_fallible_hit(functools.partial(store.adecide_one, single), hooks,
-                                        store.uses_client_clock))
-            self.hit = fast  # type: ignore[method-assign, assignment]
+    _protocol = AsyncStore
+    _wrong_store = "an asyncio store; use Limiter with it"
+    @staticmethod
+    def _default_sleep() -> Callable[[float], Awaitable[None]]:
+        return asyncio.sleep
+
+    def _bind_hit(self, single: Limit) -> Callable[[str, float], Awaitable[Decision]]:
+        hooks, abind_hit = self._hooks(self._slow_hit), getattr(self.store, "abind_hit", None)
+        if abind_hit is not None:
+            return abind_hit(single, hooks)  # type: ignore[no-any-return]
+        return abind_fallible_hit(functools.partial(self.store.adecide_one, single), hooks,
+                                  self.store.uses_client_clock)
 
     async def _slow_hit(self, key: str, cost: float) -> Decision:
         return await arun(self._hit_plan(key, cost))
@@ -412,7 +403,7 @@ class AsyncLimiter(_Driver):
 
 
 def _decorator(
-    limiter: _Driver,
+    limiter: _Driver[Any],
     key: str | Callable[..., str] | None,
     cost: float | Callable[..., float],
     *,
