@@ -102,14 +102,13 @@ def compile_path(pattern: PathPattern) -> re.Pattern[str]:
 
 
 def _limits(limits: Limit | Sequence[Limit], where: str) -> tuple[Limit, ...]:
+    """`limits` as a tuple, validated by the core's rule (`core.Limits`); ``()`` is allowed
+    here (an exempt route, a policy without default limits)."""
     lims = (limits,) if isinstance(limits, Limit) else tuple(limits)
     for lim in lims:
         if not isinstance(lim, Limit):
             raise TypeError(f"{where}: expected Limit objects, got {lim!r}")
-    names = [lim.name for lim in lims]
-    if len(set(names)) != len(names):
-        raise ValueError(f"{where}: limits need distinct names, got {names}")
-    return lims
+    return Limits(lims, where=where).all if lims else ()
 
 
 def _check_cost(cost: object, where: str, limits: Sequence[Limit] = ()) -> None:
