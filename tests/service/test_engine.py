@@ -24,8 +24,9 @@ from ratekeeper.service import (
     load_policies,
     make_descriptor,
 )
-from ratekeeper.service._config import Policies, parse_policies_text
 from ratekeeper.service._engine import OVERRIDE_CACHE_SIZE
+from ratekeeper.service._loader import parse_policies_text
+from ratekeeper.service._model import Policies
 from ratekeeper.service._stats import PrometheusStats
 from ratekeeper.stores._base import Check
 from ratekeeper.stores.memory import MemoryStore

@@ -5,7 +5,7 @@
 
 Layout (see docs/service.md):
 
-- `_config`: the policies file -> an immutable `Policies` snapshot (no I/O beyond reading it):
+- the policies file -> an immutable `Policies` snapshot (no I/O beyond reading it):
   `_model` (the snapshot, matching), `_loader` (TOML, located errors), `_keys` (counter keys);
 - `_engine`: `Engine.check`, descriptors -> rules -> one atomic store call -> statuses;
 - `_service`: `PolicyHolder` (reload = swap a snapshot), `Watcher` (``--watch``, on an injected
@@ -23,18 +23,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from ._config import (
-    ConfigIssue,
-    Domain,
-    Policies,
-    PolicyError,
-    PolicyLimit,
-    Rule,
-    Settings,
-    check_file,
-    load_policies,
-    parse_policies,
-)
 from ._engine import (
     CheckResult,
     DescriptorRequest,
@@ -45,6 +33,8 @@ from ._engine import (
     UnknownDomain,
     make_descriptor,
 )
+from ._loader import check_file, load_policies, parse_policies
+from ._model import ConfigIssue, Domain, Policies, PolicyError, PolicyLimit, Rule, Settings
 from ._service import PolicyHolder, Service, Watcher
 from ._stats import NullStats, PrometheusStats, Stats
 
