@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -41,25 +42,20 @@ def _port(text: str) -> int:
     return n
 
 
-def _positive(text: str) -> float:
-    try:
-        f = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not f >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return f
-
-
-def _timeout(text: str) -> float:
+def _seconds(text: str, *, zero: bool = False) -> float:
+    """A finite number of seconds, above 0 (or at least 0 when `zero`)."""
     try:
         f = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (0 < f < float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, "
-                                         f"got {text}")
+    if not (f < math.inf and (f >= 0 if zero else f > 0)):
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds {'>= 0' if zero else 'above 0'}, got {text}")
     return f
+
+
+def _seconds_or_zero(text: str) -> float:
+    return _seconds(text, zero=True)
 
 
 def add_serve(p: argparse.ArgumentParser) -> None:
@@ -79,17 +75,17 @@ def add_serve(p: argparse.ArgumentParser) -> None:
                    help="gRPC (Envoy rate limit service) port (default 8081)")
     p.add_argument("--no-http", action="store_true", help="do not serve the HTTP API")
     p.add_argument("--no-grpc", action="store_true", help="do not serve gRPC")
-    p.add_argument("--watch", type=_positive, default=0.0, metavar="SECONDS",
+    p.add_argument("--watch", type=_seconds_or_zero, default=0.0, metavar="SECONDS",
                    help="also reload the policies when the file changes (polled every SECONDS)")
     p.add_argument("--max-body", type=int, default=64 * 1024, metavar="BYTES",
                    help="largest HTTP body / gRPC message accepted (default 65536)")
-    p.add_argument("--grace", type=_positive, default=10.0, metavar="SECONDS",
+    p.add_argument("--grace", type=_seconds_or_zero, default=10.0, metavar="SECONDS",
                    help="on SIGTERM, how long calls in flight may take to finish (default 10)")
     p.add_argument("--require-store", action="store_true",
                    help="exit 1 if the store does not answer at startup (default: start, "
                         "warn, and let the policies' failure mode decide until it answers)")
     p.add_argument("--key-prefix", default="rk:", help="Redis key prefix (default rk:)")
-    p.add_argument("--store-timeout", type=_timeout, default=None, metavar="SECONDS",
+    p.add_argument("--store-timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="how long one store call may take before the failure policy decides "
                         "(default: the store's, 0.25 for Redis); the budget of a decision")
     p.add_argument("--max-keys", type=int, default=1_000_000,
