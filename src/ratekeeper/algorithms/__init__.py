@@ -1,7 +1,11 @@
 """The algorithms: pure functions of (state, now, cost, limit), no I/O, no clock.
 
-See `_common` for the rules every algorithm follows. `get(name)` returns an algorithm's
-three functions; each module's docstring explains its math and the reference it mirrors.
+See `_common` for the rules every algorithm follows. Each algorithm is one module that owns
+everything about itself: its math, its Redis codec (how its parameters and state cross into
+Lua and back) and, beside it, its Lua file; its docstring explains the math and the
+reference it mirrors. `ALGORITHMS` is the registry, one line per module; `get(name)`
+returns an algorithm's record. The names are exactly those `ratekeeper.ALGORITHMS` lists
+(the values cannot import this package, so a test keeps the two in step).
 """
 
 from __future__ import annotations

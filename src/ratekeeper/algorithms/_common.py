@@ -16,6 +16,11 @@ Rules every algorithm follows (the "theory of operation"):
   use it for key expiry (Redis PEXPIRE) and to evict recovered keys first.
 * `now` is in seconds on any monotonic scale; window algorithms align windows to multiples
   of the period on that scale (t = 0 is the epoch).
+* An algorithm is one module, ``<name>.py``, with its Lua twin ``<name>.lua`` beside it
+  (the same arithmetic for the Redis store, line by line), and it ends with
+  ``ALGORITHM = Algorithm(name, decide, refund, ttl, RedisCodec(...))``: everything a store
+  needs to know about it, so no store switches on algorithm names. The registry
+  (``ALGORITHMS`` in ``__init__``) lists every module's record.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from .._types import ALGORITHMS as REFERENCES
 from .._types import Decision, Limit
 
-__all__ = ["EPS", "NS_TOLERANCE", "TIME_EPS", "Algorithm", "floor_remaining", "new_decision"]
+__all__ = ["EPS", "NS_TOLERANCE", "TIME_EPS", "Algorithm", "RedisCodec", "floor_remaining",
+           "hash_fields", "lua_float", "new_decision"]
 
 #: Whole-unit rounding guard: ``floor(x + EPS)`` so 2.9999999999999996 counts as 3.
 EPS = 1e-9
@@ -54,13 +61,50 @@ Refund = Callable[[Any, float, float, float, Limit], Any]
 Ttl = Callable[[Any, float, Limit], float]
 
 
+class RedisCodec(NamedTuple):
+    """How one algorithm's arguments and state cross into its Lua script and back.
+
+    The Redis store reads these instead of switching on algorithm names; each field is
+    the algorithm's own, next to its math (``<name>.lua`` states the same layout at its top).
+    """
+
+    #: The algorithm's id in check.lua/refund.lua's ARGV; its Lua file registers ``ALGOS[id]``.
+    id: int
+    #: The short name that ends its state's Redis key (``{prefix}{<key>}:<limit name>:<tag>``),
+    #: so a limit that changes algorithm under its name starts on a key of its own.
+    tag: str
+    #: Its Lua file, beside the module (``<name>.lua``): the functions check.lua, refund.lua
+    #: and one.lua call.
+    script: str
+    #: ``params(limit) -> (p1, p2[, p3])``: the limit's parameters as ARGV text, exactly as
+    #: its Lua file reads them (one.lua takes these; check.lua pads them to three).
+    params: Callable[[Limit], tuple[str, ...]]
+    #: ``from_redis(kind, value) -> state``: a key's raw value (its Redis type, "hash",
+    #: "string" or "list", and the hash's fields as a dict, the string, or the list's
+    #: elements, all text) as the Python state `decide` takes. Raises ValueError (or
+    #: KeyError) for a value that is not this algorithm's state.
+    from_redis: Callable[[str, Any], Any]
+    #: A straight-line single-limit script beside the module (``one_<name>.lua``, faster
+    #: than one.lua; tests prove it decides exactly as the general script), or None.
+    fast_script: str | None = None
+    #: With `fast_script`: ``fast_reset(reply, limit) -> reset_after`` of its short admission
+    #: reply (``{remaining, ...}``). Raises ValueError (or TypeError) for any other shape.
+    fast_reset: Callable[[list[Any], Limit], float] | None = None
+
+
 class Algorithm(NamedTuple):
-    """The three pure functions of one algorithm, looked up by name."""
+    """One algorithm, looked up by name: its three pure functions and its Redis codec."""
 
     name: str
     decide: Decide
     refund: Refund
     ttl: Ttl
+    redis: RedisCodec
+
+    @property
+    def reference(self) -> str:
+        """What it follows, in one line (``ratekeeper.ALGORITHMS[name]``)."""
+        return REFERENCES[self.name]
 
 
 def floor_remaining(x: float) -> int:
@@ -68,3 +112,15 @@ def floor_remaining(x: float) -> int:
     if x <= 0:
         return 0
     return int(x + EPS)
+
+
+def lua_float(x: float) -> str:
+    """A float as ARGV text that Lua's tonumber reads back exactly (Python's repr)."""
+    return repr(float(x))
+
+
+def hash_fields(value: Any, kind: str, *names: str) -> list[str]:
+    """The fields `names` of a hash state (`from_redis`'s value), or ValueError."""
+    if kind != "hash":
+        raise ValueError(f"a {kind}, not a hash")
+    return [value[n] for n in names]

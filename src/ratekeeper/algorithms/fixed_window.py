@@ -14,9 +14,18 @@ Time going backwards into an earlier window keeps counting in the stored (later)
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .._types import Decision, Limit
-from ._common import EPS, Algorithm, floor_remaining, new_decision
+from ._common import (
+    EPS,
+    Algorithm,
+    RedisCodec,
+    floor_remaining,
+    hash_fields,
+    lua_float,
+    new_decision,
+)
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
 
@@ -68,4 +77,19 @@ def ttl(state: State, now: float, limit: Limit) -> float:
     return (state[0] + 1) * limit.period - now
 
 
-ALGORITHM = Algorithm("fixed-window", decide, refund, ttl)
+# -- Redis (fixed_window.lua) ------------------------------------------------------------------
+
+
+def lua_params(limit: Limit) -> tuple[str, str]:
+    """p1 = N (cost per window), p2 = P (the period, seconds)."""
+    return lua_float(limit.capacity), lua_float(limit.period)
+
+
+def from_redis(kind: str, value: Any) -> State:
+    """A hash ``{k, used}`` (the window index, the cost admitted in it)."""
+    k, used = hash_fields(value, kind, "k", "used")
+    return int(float(k)), float(used)
+
+
+ALGORITHM = Algorithm("fixed-window", decide, refund, ttl, RedisCodec(
+    id=4, tag="fw", script="fixed_window.lua", params=lua_params, from_redis=from_redis))

@@ -21,8 +21,10 @@ clock can only make GCRA stricter, never looser.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._types import Decision, Limit
-from ._common import EPS, NS_TOLERANCE, Algorithm, new_decision
+from ._common import EPS, NS_TOLERANCE, Algorithm, RedisCodec, lua_float, new_decision
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
 
@@ -58,4 +60,31 @@ def ttl(tat: float, now: float, limit: Limit) -> float:
     return tat - now
 
 
-ALGORITHM = Algorithm("gcra", decide, refund, ttl)
+# -- Redis (gcra.lua, and one_gcra.lua for a single limit) ------------------------------------
+
+
+def lua_params(limit: Limit) -> tuple[str, str]:
+    """p1 = r (tokens per second), p2 = b (capacity)."""
+    return lua_float(limit.per_second), lua_float(limit.capacity)
+
+
+def from_redis(kind: str, value: Any) -> float:
+    """A string: tat (seconds)."""
+    if kind != "string":
+        raise ValueError(f"a {kind}, not a string")
+    return float(value)
+
+
+def fast_reset(reply: list[Any], limit: Limit) -> float:
+    """one_gcra.lua answers an admission ``{remaining, tat, now}``: reset_after is
+    ``tat - now``, the float operation of `decide` (one formatted float less); `now` is the
+    caller's text, or the server's TIME as whole microseconds (an integer)."""
+    if len(reply) != 3:
+        raise ValueError("not an admission of one_gcra.lua")
+    now = reply[2]
+    return float(reply[1]) - (now / 1e6 if now.__class__ is int else float(now))
+
+
+ALGORITHM = Algorithm("gcra", decide, refund, ttl, RedisCodec(
+    id=2, tag="gcra", script="gcra.lua", params=lua_params, from_redis=from_redis,
+    fast_script="one_gcra.lua", fast_reset=fast_reset))

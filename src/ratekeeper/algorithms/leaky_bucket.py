@@ -31,8 +31,10 @@ seventh is rejected.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._types import Decision, Limit
-from ._common import EPS, Algorithm, new_decision
+from ._common import EPS, Algorithm, RedisCodec, hash_fields, new_decision
 
 __all__ = ["ALGORITHM", "decide", "params", "refund", "ttl"]
 
@@ -112,4 +114,21 @@ def ttl(state: State, now: float, limit: Limit) -> float:
     return (last + _drain_ms(excess, rate)) / 1000 - now
 
 
-ALGORITHM = Algorithm("leaky-bucket", decide, refund, ttl)
+# -- Redis (leaky_bucket.lua) ------------------------------------------------------------------
+
+
+def lua_params(limit: Limit) -> tuple[str, str, str]:
+    """p1 = rate (milli-requests per second), p2 = burst (milli-requests), p3 = the delay
+    threshold (milli-requests): `params`, whole numbers."""
+    rate, burst, threshold = params(limit)
+    return str(rate), str(burst), str(threshold)
+
+
+def from_redis(kind: str, value: Any) -> State:
+    """A hash ``{excess, last}`` (whole numbers: milli-requests, ms)."""
+    excess, last = hash_fields(value, kind, "excess", "last")
+    return int(float(excess)), int(float(last))
+
+
+ALGORITHM = Algorithm("leaky-bucket", decide, refund, ttl, RedisCodec(
+    id=3, tag="lb", script="leaky_bucket.lua", params=lua_params, from_redis=from_redis))

@@ -17,9 +17,18 @@ worst at the start of the window after that (where the estimate is 0).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .._types import Decision, Limit
-from ._common import EPS, Algorithm, floor_remaining, new_decision
+from ._common import (
+    EPS,
+    Algorithm,
+    RedisCodec,
+    floor_remaining,
+    hash_fields,
+    lua_float,
+    new_decision,
+)
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
 
@@ -98,4 +107,20 @@ def ttl(state: State, now: float, limit: Limit) -> float:
     return (k + (2 if curr else 1)) * p - now
 
 
-ALGORITHM = Algorithm("sliding-window-counter", decide, refund, ttl)
+# -- Redis (sliding_window_counter.lua) --------------------------------------------------------
+
+
+def lua_params(limit: Limit) -> tuple[str, str]:
+    """p1 = N (cost per window), p2 = P (the period, seconds)."""
+    return lua_float(limit.capacity), lua_float(limit.period)
+
+
+def from_redis(kind: str, value: Any) -> State:
+    """A hash ``{k, prev, curr}`` (the window index, the two windows' costs)."""
+    k, prev, curr = hash_fields(value, kind, "k", "prev", "curr")
+    return int(float(k)), float(prev), float(curr)
+
+
+ALGORITHM = Algorithm("sliding-window-counter", decide, refund, ttl, RedisCodec(
+    id=6, tag="swc", script="sliding_window_counter.lua", params=lua_params,
+    from_redis=from_redis))

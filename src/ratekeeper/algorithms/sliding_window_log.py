@@ -15,8 +15,18 @@ remaining entries plus ``c`` fit in N.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._types import Decision, Limit
-from ._common import EPS, TIME_EPS, Algorithm, floor_remaining, new_decision
+from ._common import (
+    EPS,
+    TIME_EPS,
+    Algorithm,
+    RedisCodec,
+    floor_remaining,
+    lua_float,
+    new_decision,
+)
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
 
@@ -86,4 +96,29 @@ def ttl(state: State, now: float, limit: Limit) -> float:
     return state[-1][0] + limit.period - now if state else 0.0
 
 
-ALGORITHM = Algorithm("sliding-window-log", decide, refund, ttl)
+# -- Redis (sliding_window_log.lua) ------------------------------------------------------------
+
+
+def lua_params(limit: Limit) -> tuple[str, str]:
+    """p1 = N (cost per window), p2 = P (the window, seconds)."""
+    return lua_float(limit.capacity), lua_float(limit.period)
+
+
+def from_redis(kind: str, value: Any) -> State:
+    """A list of admitted timestamps, one element per unit of cost: a run of one instant is
+    one ``(ts, cost)`` entry."""
+    if kind != "list":
+        raise ValueError(f"a {kind}, not a list")
+    entries: list[tuple[float, float]] = []
+    for v in value:
+        ts = float(v)
+        if entries and entries[-1][0] == ts:
+            entries[-1] = (ts, entries[-1][1] + 1.0)
+        else:
+            entries.append((ts, 1.0))
+    return tuple(entries)
+
+
+ALGORITHM = Algorithm("sliding-window-log", decide, refund, ttl, RedisCodec(
+    id=5, tag="swl", script="sliding_window_log.lua", params=lua_params,
+    from_redis=from_redis))

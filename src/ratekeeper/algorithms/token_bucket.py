@@ -24,8 +24,18 @@ fourth gets ``retry_after=1.0``; at t=1 one passes; at t=10 the bucket is full a
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._types import Decision, Limit
-from ._common import EPS, NS_TOLERANCE, Algorithm, new_decision
+from ._common import (
+    EPS,
+    NS_TOLERANCE,
+    Algorithm,
+    RedisCodec,
+    hash_fields,
+    lua_float,
+    new_decision,
+)
 
 State = tuple[float, float]
 
@@ -92,4 +102,28 @@ def ttl(state: State, now: float, limit: Limit) -> float:
     return last + (limit.capacity - tokens) / limit.per_second - now
 
 
-ALGORITHM = Algorithm("token-bucket", decide, refund, ttl)
+# -- Redis (token_bucket.lua, and one_token_bucket.lua for a single limit) --------------------
+
+
+def lua_params(limit: Limit) -> tuple[str, str]:
+    """p1 = r (tokens per second), p2 = b (capacity)."""
+    return lua_float(limit.per_second), lua_float(limit.capacity)
+
+
+def from_redis(kind: str, value: Any) -> State:
+    """A hash ``{tokens, last}`` (floats)."""
+    tokens, last = hash_fields(value, kind, "tokens", "last")
+    return float(tokens), float(last)
+
+
+def fast_reset(reply: list[Any], limit: Limit) -> float:
+    """one_token_bucket.lua answers an admission ``{remaining, left}``: reset_after is
+    ``(b - left) / r``, the float operations of `decide` (one formatted float less)."""
+    if len(reply) != 2:
+        raise ValueError("not an admission of one_token_bucket.lua")
+    return (float(limit.capacity) - float(reply[1])) / float(limit.per_second)
+
+
+ALGORITHM = Algorithm("token-bucket", decide, refund, ttl, RedisCodec(
+    id=1, tag="tb", script="token_bucket.lua", params=lua_params, from_redis=from_redis,
+    fast_script="one_token_bucket.lua", fast_reset=fast_reset))

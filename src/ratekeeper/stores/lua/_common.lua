@@ -7,8 +7,9 @@
 -- repr), stored and returned values are written with fmt ('%.17g', which round-trips),
 -- because Redis would truncate a Lua number to an integer.
 --
--- Every algorithm file registers ALGOS[id] = function() return {decide = ..., write = ...,
--- refund = ...} end. A script's body runs on every call, so an algorithm's functions are
+-- Every algorithm file (ratekeeper/algorithms/<name>.lua, beside the Python module it
+-- mirrors; `id` is that module's RedisCodec.id) registers
+-- ALGOS[id] = function() return {decide = ..., write = ..., refund = ...} end. A script's body runs on every call, so an algorithm's functions are
 -- only built when a call uses it (`algorithm(id)`):
 --
 --   decide(key, now, cost, p1, p2, p3)

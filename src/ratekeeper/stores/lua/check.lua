@@ -1,5 +1,6 @@
 -- ratekeeper check: decide one or more limits all-or-nothing, in one atomic call.
--- Assembled by ratekeeper/stores/_lua.py as _common.lua + every algorithm file + this file.
+-- Assembled by ratekeeper/stores/_lua.py as _common.lua + every algorithm file
+-- (ratekeeper/algorithms/<name>.lua) + this file.
 --
 -- KEYS[i]   the state key of limit i (on a cluster all keys share one hash slot).
 -- ARGV[1]   now: seconds as a decimal string (client clock), or "" to use the server clock
@@ -8,9 +9,9 @@
 -- ARGV[3]   minimum key expiry, whole milliseconds >= 1.
 -- ARGV[4]   grace, whole milliseconds >= 0, added to every expiry (the caller passes it with
 --           a `now` of its own, so that callers whose clocks run behind still find the key).
--- ARGV[5 + 5*(i-1) .. 9 + 5*(i-1)]   limit i: algorithm id (1 token-bucket, 2 gcra,
---           3 leaky-bucket, 4 fixed-window, 5 sliding-window-log, 6 sliding-window-counter),
---           cost (the limit's units), p1, p2, p3 (documented in each algorithm file).
+-- ARGV[5 + 5*(i-1) .. 9 + 5*(i-1)]   limit i: algorithm id (its module's RedisCodec.id,
+--           which its file registers as ALGOS[id]), cost (the limit's units), p1, p2, p3
+--           (documented in each algorithm's file, ratekeeper/algorithms/<name>.lua).
 -- Reply:    {now, admitted (1 when every limit admitted), then five values per limit:
 --            allowed (0/1), remaining (integer), retry_after (seconds, string; nil = never),
 --            reset_after (seconds, string), delay (seconds, string)}.

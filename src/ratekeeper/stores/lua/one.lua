@@ -1,13 +1,15 @@
 -- ratekeeper one: decide a single limit, in one atomic call. Assembled by
--- ratekeeper/stores/_lua.py as _common.lua + ONE algorithm file + this file, one script per
--- algorithm: the hot path of a limiter with one limit builds only what it runs.
+-- ratekeeper/stores/_lua.py as _common.lua + ONE algorithm file (ratekeeper/algorithms/
+-- <name>.lua) + this file, one script per algorithm: the hot path of a limiter with one
+-- limit builds only what it runs.
 --
 -- KEYS[1]   the limit's state key.
 -- ARGV[1]   now: seconds as a decimal string (client clock), or "" for the server clock.
 -- ARGV[2]   cost (the limit's units). The request is charged if the limit admits it.
 -- ARGV[3]   minimum key expiry, whole milliseconds >= 1.
 -- ARGV[4]   grace, whole milliseconds >= 0, added to the expiry.
--- ARGV[5..] p1, p2 and (leaky-bucket only) p3, documented in the algorithm's file.
+-- ARGV[5..] p1, p2 and (leaky-bucket only) p3, documented in the algorithm's file: exactly
+--           its codec's params(limit), no padding.
 --           (check.lua's ARGV less the "consume" flag and the algorithm id: every argument
 --           costs the client and the server something on the hot path.)
 -- Reply:    check.lua's per-limit values only: {allowed (0/1), remaining (integer),

@@ -15,10 +15,10 @@ from redis.crc import key_slot
 
 from ..._errors import ConfigError, StoreError, StoreUnavailable
 from ..._types import Decision, Limit
-from ...algorithms._common import new_decision
-from ...algorithms.leaky_bucket import params as leaky_params
+from ...algorithms import ALGORITHMS
+from ...algorithms._common import RedisCodec, lua_float, new_decision
 from .._base import Check
-from .._lua import ALGORITHM_IDS, ALGORITHM_TAGS, CHECK, ONE, ONE_FAST, REFUND, STATE, Script
+from .._lua import CHECK, ONE, REFUND, STATE, Script
 from .._urlforms import redact
 from ._breaker import CircuitBreaker
 from ._client import (
@@ -148,7 +148,7 @@ def _encode_key(key: str) -> str:
 
 def _suffix(limit: Limit) -> str:
     """What follows a state key's hash tag: ``:<limit name>:<algorithm tag>``."""
-    return f":{limit.name}:{ALGORITHM_TAGS[limit.algorithm]}"
+    return f":{limit.name}:{ALGORITHMS[limit.algorithm].redis.tag}"
 
 
 def split_state_key(rkey: str) -> tuple[str, str] | None:
@@ -159,7 +159,7 @@ def split_state_key(rkey: str) -> tuple[str, str] | None:
     return (name, algorithm) if sep and algorithm is not None else None
 
 
-_ALGORITHM_OF_TAG = {tag: algo for algo, tag in ALGORITHM_TAGS.items()}
+_ALGORITHM_OF_TAG = {a.redis.tag: name for name, a in ALGORITHMS.items()}
 
 
 def _glob_escape(text: str) -> str:
@@ -198,9 +198,18 @@ def _float(v: Any, what: str, reply: Any) -> float:
 _TEXT = (bytes, str)
 
 
-def _fmt(x: float) -> str:
-    """A float as ARGV text that Lua's tonumber reads back exactly (Python's repr)."""
-    return repr(float(x))
+_fmt = lua_float  # a float as ARGV text that Lua's tonumber reads back exactly
+
+
+def _shaped(kind: str, raw: list[Any]) -> Any:
+    """A key's raw value as the state script read it, shaped by its Redis type: a hash's
+    fields as a dict, a string, or a list's elements; all text."""
+    values = [_str(v) for v in raw]
+    if kind == "hash":
+        return dict(zip(values[::2], values[1::2], strict=False))
+    if kind == "string":
+        return values[0] if values else ""
+    return values
 
 
 class _RedisCore:
@@ -262,7 +271,7 @@ class _RedisCore:
         self.on_error = on_error
         self.stats = RedisStoreStats()
         self._describe = describe
-        self._params: dict[int, tuple[Limit, list[str]]] = {}
+        self._params: dict[int, tuple[Limit, list[str], list[str]]] = {}
         self._client: Any = None  # the driver's redis-py client
 
     def __repr__(self) -> str:
@@ -279,24 +288,23 @@ class _RedisCore:
         to its algorithm, so a limit that changes algorithm under its name starts fresh)."""
         return f"{self.prefix}{{{_encode_key(key)}}}{_suffix(limit)}"
 
-    def _limit_args(self, limit: Limit) -> list[str]:
-        """Algorithm id, p1, p2, p3 of `limit` (see the Lua files), cached per Limit object."""
+    def _encoded(self, limit: Limit) -> tuple[Limit, list[str], list[str]]:
+        """`limit` as its algorithm's codec encodes it, cached per Limit object: (limit,
+        check.lua's id, p1, p2, p3; one.lua's p1, p2[, p3])."""
         cached = self._params.get(id(limit))
         if cached is not None and cached[0] is limit:
-            return cached[1]
-        algo = limit.algorithm
-        if algo in ("token-bucket", "gcra"):
-            p = [_fmt(limit.per_second), _fmt(limit.capacity), "0"]
-        elif algo == "leaky-bucket":
-            rate, burst, threshold = leaky_params(limit)
-            p = [str(rate), str(burst), str(threshold)]
-        else:
-            p = [_fmt(limit.capacity), _fmt(limit.period), "0"]
-        args = [str(ALGORITHM_IDS[algo]), *p]
+            return cached
+        codec: RedisCodec = ALGORITHMS[limit.algorithm].redis
+        params = list(codec.params(limit))
+        entry = (limit, [str(codec.id), *params, *["0"] * (3 - len(params))], params)
         if len(self._params) > 10_000:
             self._params.clear()
-        self._params[id(limit)] = (limit, args)
-        return args
+        self._params[id(limit)] = entry
+        return entry
+
+    def _limit_args(self, limit: Limit) -> list[str]:
+        """Algorithm id, p1, p2, p3 of `limit`, as check.lua and refund.lua take them."""
+        return self._encoded(limit)[1]
 
     def _now_arg(self, now: float) -> str:
         return _fmt(now) if self.uses_client_clock else ""
@@ -327,26 +335,26 @@ class _RedisCore:
         return _Call(REFUND, keys, [n, _fmt(at), m, g, *self._limits_args(checks)])
 
     def _one_params(self, limit: Limit) -> list[str]:
-        """`limit`'s parameters as one.lua takes them: p1, p2, and p3 for a leaky bucket
-        (the only algorithm that uses it)."""
-        _, p1, p2, p3 = self._limit_args(limit)
-        return [p1, p2, p3] if limit.algorithm == "leaky-bucket" else [p1, p2]
+        """`limit`'s parameters as one.lua and the straight-line scripts take them: the
+        codec's p1, p2[, p3], no padding (every argument costs on the hot path)."""
+        return self._encoded(limit)[2]
 
     def _fast_tail(self, now_arg: str) -> list[str]:
-        """ARGV[4..6] of the straight-line one-limit scripts (one_gcra.lua,
-        one_token_bucket.lua): min expiry, now, grace, with the trailing ones left off that
-        equal the script's defaults (1 ms, the server clock, 0 ms)."""
+        """ARGV[4..6] of the straight-line one-limit scripts (`Script.straight`): min
+        expiry, now, grace, with the trailing ones left off that equal the script's
+        defaults (1 ms, the server clock, 0 ms)."""
         if now_arg:
             return [self._min_ms, now_arg, self._grace_ms]
         return [] if self._min_ms == "1" else [self._min_ms]
 
     def _one_call(self, limit: Limit, key: str, cost: float, now: float) -> _Call:
         now_arg = self._now_arg(now)
-        if limit.algorithm in ONE_FAST:
-            return _Call(ONE[limit.algorithm], [self.state_key(limit, key)],
+        script = ONE[limit.algorithm]
+        if script.straight:
+            return _Call(script, [self.state_key(limit, key)],
                          [repr(cost), *self._one_params(limit), *self._fast_tail(now_arg)])
         n, m, g = self._time_args(now_arg)
-        return _Call(ONE[limit.algorithm], [self.state_key(limit, key)],
+        return _Call(script, [self.state_key(limit, key)],
                      [n, repr(cost), m, g, *self._one_params(limit)])
 
     def _keys(self, checks: Sequence[Check]) -> list[str]:
@@ -395,81 +403,20 @@ class _RedisCore:
 
     @staticmethod
     def _parse_one(reply: Any, limit: Limit) -> Decision:
-        # The hot path: a one-limit reply, validated field by field like _parse_check.
-        # one.lua's reply: {allowed, remaining, retry_after, reset_after, delay}. The
-        # straight-line scripts answer an admission (retry_after and delay 0) with what
-        # reset_after is computed from, the same float operations as the script's (and the
-        # Python algorithm's), which saves the server formatting one float:
-        # one_gcra.lua {remaining, tat, now} (reset = tat - now; now an int = microseconds),
-        # one_token_bucket.lua {remaining, left} (reset = (b - left) / r).
-        if reply.__class__ is not list:
-            raise _bad_reply("the check script", reply)
-        n = len(reply)
-        if 1 < n < 4:
-            remaining, x = reply[0], reply[1]
-            if remaining.__class__ is int and remaining >= 0 and x.__class__ in _TEXT:
-                try:
-                    if n == 3 and limit.algorithm == "gcra":
-                        now = reply[2]
-                        reset_after = float(x) - (
-                            now / 1e6 if now.__class__ is int else float(now))
-                    elif n == 2 and limit.algorithm == "token-bucket":
-                        reset_after = ((float(limit.capacity) - float(x))
-                                       / float(limit.per_second))
-                    else:
-                        raise ValueError
-                except (TypeError, ValueError):
-                    pass
-                else:
-                    if math.isfinite(reset_after):
-                        return new_decision(Decision, (True, remaining, 0.0, reset_after, 0.0,
-                                                       limit, False))
-        elif n == 5:
-            allowed, remaining, retry, reset, delay = reply
-            if allowed in (0, 1) and remaining.__class__ is int and remaining >= 0:
-                try:
-                    retry_after = None if retry is None else float(retry)
-                    reset_after, wait = float(reset), float(delay)
-                except (TypeError, ValueError):
-                    pass
-                else:
-                    if math.isfinite(reset_after + wait + (retry_after or 0.0)):
-                        return new_decision(Decision, (allowed == 1, remaining, retry_after,
-                                                       reset_after, wait, limit, False))
-        raise _bad_reply("the check script", reply)
+        """A one-limit reply as a Decision (`one_parser`, for `limit`'s algorithm)."""
+        return _PARSE_ONE[limit.algorithm](reply, limit)
 
     @staticmethod
     def _parse_now(reply: Any) -> float:
         return _float(reply, "the refund script", reply)
 
     def _parse_state(self, limit: Limit, kind: str, raw: list[Any]) -> Any:
-        """A key's raw value as the Python algorithm's state (see each Lua file's layout)."""
-        algo = limit.algorithm
+        """A key's raw value as the Python algorithm's state (its codec's `from_redis`)."""
         if kind == "none":
             return None
         try:
-            if kind == "string" and algo == "gcra":
-                return float(raw[0])
-            if kind == "list" and algo == "sliding-window-log":
-                entries: list[tuple[float, float]] = []
-                for v in raw:
-                    ts = float(v)
-                    if entries and entries[-1][0] == ts:
-                        entries[-1] = (ts, entries[-1][1] + 1.0)
-                    else:
-                        entries.append((ts, 1.0))
-                return tuple(entries)
-            if kind == "hash":
-                fields = {_str(raw[i]): _str(raw[i + 1]) for i in range(0, len(raw), 2)}
-                if algo == "token-bucket":
-                    return (float(fields["tokens"]), float(fields["last"]))
-                if algo == "leaky-bucket":
-                    return (int(float(fields["excess"])), int(float(fields["last"])))
-                if algo == "fixed-window":
-                    return (int(float(fields["k"])), float(fields["used"]))
-                if algo == "sliding-window-counter":
-                    return (int(float(fields["k"])), float(fields["prev"]), float(fields["curr"]))
-        except (KeyError, ValueError, IndexError):
+            return ALGORITHMS[limit.algorithm].redis.from_redis(kind, _shaped(kind, raw))
+        except (KeyError, ValueError, IndexError, TypeError):
             pass
         raise StoreError(
             f"the Redis key for limit {limit.name!r} ({limit.algorithm}) holds a {kind} that is "
@@ -557,15 +504,8 @@ class _RedisCore:
             now_arg = _fmt(t) if (now is not None or self.uses_client_clock) else ""
             decisions, at, _ = self._parse_check((yield self._check_call(check, now_arg, False)),
                                                  check)
-            shown: Any
-            if kind == "hash":
-                shown = {_str(raw[i]): _str(raw[i + 1]) for i in range(0, len(raw), 2)}
-            elif kind == "string":
-                shown = _str(raw[0])
-            else:
-                shown = [_str(v) for v in raw]
             out.append(KeyState(limit, key, rkey, kind, pttl / 1000 if pttl >= 0 else None,
-                                pttl == -1, shown, state, decisions[0], at))
+                                pttl == -1, _shaped(kind, raw), state, decisions[0], at))
         return out
 
     def _decide_one_plan(self, limit: Limit, key: str, cost: float,
@@ -622,14 +562,10 @@ class _RedisCore:
             reply = yield _Call(STATE, [rkey], [])
             if not isinstance(reply, list) or len(reply) < 3 or not isinstance(reply[1], int):
                 raise _bad_reply("the state script", reply)
-            kind, pttl, raw = _str(reply[0]), reply[1], [_str(v) for v in reply[3:]]
-            shown: Any = raw
-            if kind == "hash":
-                shown = dict(zip(raw[::2], raw[1::2], strict=True))
-            elif kind == "string":
-                shown = raw[0]
+            kind, pttl = _str(reply[0]), reply[1]
             if kind != "none":
-                out.append((rkey, kind, pttl / 1000 if pttl >= 0 else None, shown))
+                out.append((rkey, kind, pttl / 1000 if pttl >= 0 else None,
+                            _shaped(kind, list(reply[3:]))))
         return out
 
     def _ping_plan(self) -> _Plan[bool]:
@@ -809,3 +745,56 @@ class _RedisCore:
             pairs = {(lim.name, lim.algorithm, key) for lim in limits if key is not None}
             pairs |= {(lim.name, lim.algorithm, k) for lim, k, _ in checks}
             self._deny.forget(pairs)
+
+
+# -----------------------------------------------------------------------------------------
+# one-limit replies
+# -----------------------------------------------------------------------------------------
+
+
+def one_parser(codec: RedisCodec) -> Callable[[Any, Limit], Decision]:
+    """The parser of one algorithm's one-limit replies, ``(reply, limit) -> Decision``:
+    the hot path, validated field by field like `_RedisCore._parse_check`.
+
+    one.lua answers ``{allowed, remaining, retry_after, reset_after, delay}``. A
+    straight-line script answers an admission (retry_after and delay 0) with
+    ``{remaining, ...}``: what reset_after is computed from (the codec's `fast_reset`, the
+    same float operations as the script's and the Python algorithm's), which saves the
+    server formatting one float; its rejections are one.lua's shape.
+    """
+    fast_reset = codec.fast_reset
+
+    def parse(reply: Any, limit: Limit) -> Decision:
+        if reply.__class__ is not list:
+            raise _bad_reply("the check script", reply)
+        n = len(reply)
+        if fast_reset is not None and 1 < n < 4:
+            remaining, x = reply[0], reply[1]
+            if remaining.__class__ is int and remaining >= 0 and x.__class__ in _TEXT:
+                try:
+                    reset_after = fast_reset(reply, limit)
+                except (TypeError, ValueError):
+                    pass
+                else:
+                    if math.isfinite(reset_after):
+                        return new_decision(Decision, (True, remaining, 0.0, reset_after, 0.0,
+                                                       limit, False))
+        elif n == 5:
+            allowed, remaining, retry, reset, delay = reply
+            if allowed in (0, 1) and remaining.__class__ is int and remaining >= 0:
+                try:
+                    retry_after = None if retry is None else float(retry)
+                    reset_after, wait = float(reset), float(delay)
+                except (TypeError, ValueError):
+                    pass
+                else:
+                    if math.isfinite(reset_after + wait + (retry_after or 0.0)):
+                        return new_decision(Decision, (allowed == 1, remaining, retry_after,
+                                                       reset_after, wait, limit, False))
+        raise _bad_reply("the check script", reply)
+
+    return parse
+
+
+#: Each algorithm's one-limit reply parser, by `Limit.algorithm`.
+_PARSE_ONE = {name: one_parser(a.redis) for name, a in ALGORITHMS.items()}

@@ -23,7 +23,7 @@ import redis.exceptions as rex
 from ..._errors import ConfigError, StoreUnavailable
 from ..._types import Decision, Limit
 from .._base import Check
-from .._lua import ONE, ONE_FAST
+from .._lua import ONE
 from ._client import (
     _asyncio_timeout,
     _check_timeout,
@@ -32,7 +32,18 @@ from ._client import (
     async_client,
     sync_client,
 )
-from ._core import KeyState, T, _advance, _Call, _encode_key, _Outcome, _Plan, _RedisCore, _suffix
+from ._core import (
+    _PARSE_ONE,
+    KeyState,
+    T,
+    _advance,
+    _Call,
+    _encode_key,
+    _Outcome,
+    _Plan,
+    _RedisCore,
+    _suffix,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -175,9 +186,9 @@ class RedisStore(_RedisCore):
         server_now, one = b"", b"1"
         # The straight-line scripts take (cost, p1, p2[, min, now, grace]); on the server's
         # clock everything after the cost is fixed: `rest`, the defaults left off.
-        fast = limit.algorithm in ONE_FAST
+        fast = script.straight
         rest = params + tuple(a.encode() for a in self._fast_tail(""))
-        parse, stats, breaker = self._parse_one, self.stats, self._breaker
+        parse, stats, breaker = _PARSE_ONE[limit.algorithm], self.stats, self._breaker
         decide_one, failed, short_circuit = self.decide_one, self._failed, self._short_circuit
         noscript = rex.NoScriptError
 

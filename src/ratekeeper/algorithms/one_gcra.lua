@@ -1,10 +1,12 @@
 -- ratekeeper one-gcra: the single-limit hot path for gcra, as one straight-line script.
 -- Same KEYS as one.lua (see there), a shorter ARGV and reply (below), and the same
 -- arithmetic as gcra.lua, which both mirror ratekeeper/algorithms/gcra.py line by line.
--- It exists for speed: Redis runs a script's whole body on every EVALSHA, so this one defines no functions and builds
--- no tables but its reply (one.lua + _common.lua + gcra.lua create about 15 closures per
--- call). tests/integration/test_redis_parity.py checks it against the Python, decision by
--- decision and state by state, like every other script.
+-- It exists for speed: Redis runs a script's whole body on every EVALSHA, so this one
+-- defines no functions and builds no tables but its reply (one.lua + _common.lua + gcra.lua
+-- create about 15 closures per call). tests/integration/test_redis_parity.py checks it
+-- against the Python and against the general script (check.lua), decision by decision,
+-- state and expiry by expiry, on the server clock and a client clock. The client side of
+-- its short reply is gcra.py's fast_reset.
 --
 -- KEYS[1]   the state key, a string: tat (seconds, '%.17g'); absent = a full bucket.
 -- ARGV[1]   cost. The request is charged if admitted.

@@ -1,10 +1,12 @@
 -- ratekeeper one-token-bucket: the single-limit hot path for token-bucket, as one
 -- straight-line script. Same KEYS as one.lua (see there), a shorter ARGV and reply
 -- (below), and the same arithmetic as token_bucket.lua, which both mirror
--- ratekeeper/algorithms/token_bucket.py line by line. It exists for speed: Redis runs a script's whole body on every EVALSHA, so
--- this one defines no functions and builds no tables but its reply.
--- tests/integration/test_redis_parity.py checks it against the Python, decision by decision
--- and state by state, like every other script.
+-- ratekeeper/algorithms/token_bucket.py line by line. It exists for speed: Redis runs a
+-- script's whole body on every EVALSHA, so this one defines no functions and builds no
+-- tables but its reply. tests/integration/test_redis_parity.py checks it against the Python
+-- and against the general script (check.lua), decision by decision, state and expiry by
+-- expiry, on the server clock and a client clock. The client side of its short reply is
+-- token_bucket.py's fast_reset.
 --
 -- KEYS[1]   the state key, a hash {tokens = <tokens at `last`>, last = <seconds>}, floats;
 --           absent = a full bucket.
