@@ -26,6 +26,15 @@ class CircuitBreaker:
     Only unavailability counts as a failure; a server that answers (even with an error)
     is available. ``failures=0`` disables the breaker. Thread-safe; the closed fast path
     takes no lock.
+
+    A hot path that wants no call at all while nothing is wrong reads `clean` (one attribute)
+    and calls `before` and `success` only when it is False::
+
+        if not breaker.clean:
+            breaker.before()    # raises while open, or lets this call probe
+        reply = send()          # on StoreUnavailable: breaker.failure()
+        if not breaker.clean:
+            breaker.success()
     """
 
     def __init__(
@@ -49,6 +58,9 @@ class CircuitBreaker:
         self._open_until: float | None = None  # None: closed
         self._probe_until: float | None = None  # a probe is out until then
         self.opened = 0  # how many times it opened
+        #: Closed with no failure counted: `before` and `success` would do nothing. Read it,
+        #: never set it (the breaker keeps it in step, under its lock).
+        self.clean = True
 
     @property
     def state(self) -> Literal["closed", "open", "half-open"]:
@@ -88,6 +100,7 @@ class CircuitBreaker:
             self._consecutive = 0
             self._open_until = None
             self._probe_until = None
+            self.clean = True
         if was_open:
             log.info("circuit breaker for %s closed: the store answers again", self.name)
 
@@ -96,6 +109,7 @@ class CircuitBreaker:
             return
         with self._lock:
             self._consecutive += 1
+            self.clean = False
             now = self._clock()
             if self._open_until is not None:  # a probe (or a call from before) failed
                 self._open_until = now + self.cooldown

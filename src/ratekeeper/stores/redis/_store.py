@@ -173,8 +173,8 @@ class RedisStore(_RedisCore):
         key's prefix and suffix, and the limit's arguments, already encoded (redis-py sends
         bytes as they are). On a single server the call goes straight to the client's
         EVALSHA (NOSCRIPT: EVAL, once), with the breaker consulted only through one
-        attribute read while it is closed; a cluster, or the deny cache, takes the general
-        path (`decide_one`).
+        attribute read (`CircuitBreaker.clean`) while nothing is wrong; a cluster, or the
+        deny cache, takes the general path (`decide_one`).
         """
         params = tuple(a.encode() for a in self._one_params(limit))
         script = ONE[limit.algorithm]
@@ -205,7 +205,7 @@ class RedisStore(_RedisCore):
             else:
                 args = (head + key + tail, repr(float(now)) if client_clock else server_now,
                         c, min_ms, grace_ms, *params)
-            if breaker._open_until is not None:
+            if not breaker.clean:
                 short_circuit(breaker)  # raises while open, or lets this call probe
             try:
                 stats.calls += 1
@@ -218,7 +218,7 @@ class RedisStore(_RedisCore):
                     reply = client.eval(text, 1, *args)
             except Exception as e:
                 raise failed(breaker, e) from e
-            if breaker._consecutive or breaker._open_until is not None:
+            if not breaker.clean:
                 breaker.success()
             return parse(reply, limit)
 
