@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ratekeeper import Limit, MemoryStore
+from ratekeeper.algorithms import ALGORITHMS as REGISTRY
 from ratekeeper.algorithms import get
 from ratekeeper.stores.redis import RedisStore
 from tests.integration.conftest import StoreTarget
@@ -27,6 +28,14 @@ from tests.integration.conftest import StoreTarget
 ALGORITHMS = ["token-bucket", "gcra", "leaky-bucket", "fixed-window", "sliding-window-log",
               "sliding-window-counter"]
 WHOLE = {"leaky-bucket", "sliding-window-log"}  # whole-number costs only
+#: The algorithms with a straight-line one-limit script (`RedisCodec.fast_script`).
+FAST = ["gcra", "token-bucket"]
+
+
+def test_every_algorithm_and_straight_line_script_is_in_these_traces() -> None:
+    """A new algorithm (or straight-line script) joins the traces below: add it here."""
+    assert sorted(ALGORITHMS) == sorted(REGISTRY)
+    assert sorted(FAST) == sorted(n for n, a in REGISTRY.items() if a.redis.fast_script)
 
 
 @st.composite
@@ -275,7 +284,7 @@ def fast_traces(draw: st.DrawFn) -> tuple[Limit, bool, list[tuple[float, int]]]:
     """A gcra or token-bucket limit, a clock (server or client) and steps (cost, instant):
     the instant mostly moves forward and sometimes back; on the server clock it is whole
     microseconds at Unix-epoch scale, as TIME gives it."""
-    algorithm = draw(st.sampled_from(["gcra", "token-bucket"]))
+    algorithm = draw(st.sampled_from(FAST))
     rate = draw(st.sampled_from(["1/s", "2/s", "3/2s", "10/s", "5/m", "2.5/s", "7/100ms",
                                  "100/h", "3/s"]))
     burst = draw(st.sampled_from([None, 1, 2.5, 3, 10]))
