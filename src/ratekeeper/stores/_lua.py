@@ -1,7 +1,8 @@
 """The Lua scripts of the Redis store, assembled from the package's ``.lua`` files.
 
-Lua in Redis cannot ``require``, so each script sent to the server is one text: the shared
-helpers (``stores/lua/_common.lua``), every algorithm's functions (``algorithms/<name>.lua``,
+Lua in Redis cannot ``require``, so each script sent to the server is one text: the helpers
+every algorithm uses (``algorithms/_common.lua``, beside the ``_common.py`` it mirrors), every
+algorithm's functions (``algorithms/<name>.lua``,
 beside the Python module it mirrors; the registry names the files), then the entry point
 (``stores/lua/check.lua``, ``refund.lua``; ``one.lua`` with a single algorithm, for one
 limit). An algorithm with a straight-line single-limit script (``algorithms/one_<name>.lua``)
@@ -57,7 +58,7 @@ def _script(name: str, *texts: str, straight: bool = False) -> Script:
     return Script(name, text, hashlib.sha1(text.encode()).hexdigest(), straight)
 
 
-_COMMON = lua_source("_common.lua")
+_COMMON = algorithm_source("_common.lua")
 _ALGORITHM_TEXTS = {name: algorithm_source(a.redis.script) for name, a in ALGORITHMS.items()}
 
 #: Any number of limits of any algorithms, all-or-nothing (composite checks).

@@ -1,5 +1,5 @@
 -- ratekeeper check: decide one or more limits all-or-nothing, in one atomic call.
--- Assembled by ratekeeper/stores/_lua.py as _common.lua + every algorithm file
+-- Assembled by ratekeeper/stores/_lua.py as algorithms/_common.lua + every algorithm file
 -- (ratekeeper/algorithms/<name>.lua) + this file.
 --
 -- KEYS[i]   the state key of limit i (on a cluster all keys share one hash slot).

@@ -1,5 +1,5 @@
 -- ratekeeper one: decide a single limit, in one atomic call. Assembled by
--- ratekeeper/stores/_lua.py as _common.lua + ONE algorithm file (ratekeeper/algorithms/
+-- ratekeeper/stores/_lua.py as algorithms/_common.lua + ONE algorithm file (ratekeeper/algorithms/
 -- <name>.lua) + this file, one script per algorithm: the hot path of a limiter with one
 -- limit builds only what it runs.
 --

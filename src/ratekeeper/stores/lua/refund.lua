@@ -1,6 +1,6 @@
 -- ratekeeper refund: give back costs charged earlier (a cancelled reservation, or the
 -- rollback of a composite check whose limits live in different cluster slots).
--- Assembled by ratekeeper/stores/_lua.py as _common.lua + every algorithm file
+-- Assembled by ratekeeper/stores/_lua.py as algorithms/_common.lua + every algorithm file
 -- (ratekeeper/algorithms/<name>.lua) + this file.
 --
 -- KEYS[i]   the state key of limit i (on a cluster all keys share one hash slot).

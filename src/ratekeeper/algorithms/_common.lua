@@ -1,5 +1,7 @@
--- ratekeeper: helpers shared by every algorithm. Prepended to check.lua and refund.lua
--- (Lua in Redis cannot `require`; ratekeeper/stores/_lua.py assembles the scripts).
+-- ratekeeper: helpers shared by every algorithm's script, the Lua side of algorithms/_common.py
+-- (its tolerances and rounding) beside it. Prepended to the store's entry points
+-- (stores/lua/check.lua, one.lua, refund.lua; Lua in Redis cannot `require`:
+-- ratekeeper/stores/_lua.py assembles the scripts).
 --
 -- Numbers. Redis runs Lua 5.1, whose numbers are IEEE doubles, like Python floats: the same
 -- operations in the same order give the same bits. Every fractional value crosses the
