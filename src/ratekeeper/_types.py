@@ -9,43 +9,68 @@ than a frozen dataclass, which matters when a decision costs well under a micros
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from ._errors import InvalidCost, InvalidLimit
 from ._rates import Rate, parse_rate
 
-__all__ = ["ALGORITHMS", "GLOBAL_KEY", "Decision", "Limit", "check_cost"]
+__all__ = ["ALGORITHMS", "GLOBAL_KEY", "RULES", "Decision", "Limit", "LimitRules",
+           "check_cost", "check_number", "register"]
 
 #: The key under which a ``scope="global"`` limit keeps its one counter, in every store and
 #: through every driver (the library, the middleware, the service, ``ratekeeper inspect``).
 GLOBAL_KEY = "*global*"
 
-AlgorithmName = Literal[
-    "token-bucket",
-    "gcra",
-    "leaky-bucket",
-    "fixed-window",
-    "sliding-window-log",
-    "sliding-window-counter",
-]
+#: ``params(algorithm, rate, burst, nodelay, delay) -> (burst, capacity, window)``: see
+#: `LimitRules.params`.
+Params = Callable[[str, Rate, float | None, bool, int], tuple[float | None, float, float]]
 
-#: Every algorithm name a `Limit` accepts, with the reference it follows.
-ALGORITHMS: dict[str, str] = {
-    "token-bucket": "Go golang.org/x/time/rate AllowN: capacity `burst`, continuous refill",
-    "gcra": "the token bucket's decisions with one timestamp of state (GCRA)",
-    "leaky-bucket": "nginx limit_req: burst, nodelay, delay=D; can answer 'admit after a delay'",
-    "fixed-window": "at most N per window [kP, (k+1)P)",
-    "sliding-window-log": "at most N in any window (t-P, t]; logs admitted requests only",
-    "sliding-window-counter": "Cloudflare's estimate prev*(P-elapsed)/P + curr <= N",
-}
 
-_BUCKETS = ("token-bucket", "gcra")
-_WINDOWS = ("fixed-window", "sliding-window-log", "sliding-window-counter")
+class LimitRules(NamedTuple):
+    """What one algorithm accepts in a `Limit`, declared by its own module.
+
+    The values cannot import the algorithms (they sit below them), so each algorithm's
+    record carries its rules and ``ratekeeper.algorithms`` registers them here, in the
+    registry's order, when the package is imported; `Limit` only looks them up.
+    """
+
+    #: What the algorithm follows, in one line (``ratekeeper.ALGORITHMS[name]``).
+    description: str
+    #: ``params(algorithm, rate, burst, nodelay, delay) -> (burst, capacity, window)``: the
+    #: limit's effective burst (None if the algorithm has none), its capacity in cost units
+    #: and the seconds an empty state takes to recover fully, from the parsed rate and the
+    #: arguments as given (unchecked). Raises `InvalidLimit`, naming the bad argument.
+    params: Params
+    #: Costs must be whole numbers (the algorithm counts requests, not units).
+    whole_costs: bool = False
+
+
+#: Every algorithm a `Limit` accepts: name -> its rules, in the registry's order. Filled by
+#: `register` (``ratekeeper.algorithms`` registers every algorithm on import).
+RULES: dict[str, LimitRules] = {}
+
+#: Every algorithm name a `Limit` accepts, with the reference it follows (kept by `register`).
+ALGORITHMS: dict[str, str] = {}
+
 _MAX_NAME = 200
 
 
-def _number(what: str, v: object, *, allow_zero: bool = False) -> float:
+def register(name: str, rules: LimitRules) -> None:
+    """Make `name` an algorithm `Limit` accepts, validated by `rules`.
+
+    Called by the algorithm registry (``ratekeeper/algorithms/__init__.py``) for each
+    algorithm, in order; registering one name twice with different rules is a bug.
+    """
+    if RULES.get(name, rules) is not rules:
+        raise ValueError(f"algorithm {name!r} is already registered with other rules")
+    RULES[name] = rules
+    ALGORITHMS[name] = rules.description
+
+
+def check_number(what: str, v: object, *, allow_zero: bool = False) -> float:
+    """`v` as a finite float above 0 (or >= 0), else `InvalidLimit` naming `what`."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise InvalidLimit(f"{what} must be a number, got {v!r}")
     try:
@@ -96,48 +121,23 @@ class Limit:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        if self.algorithm not in ALGORITHMS:
+        rules = RULES.get(self.algorithm)
+        if rules is None:
+            if not RULES:  # never silently accept parameters nothing has checked
+                raise RuntimeError(
+                    "no algorithm is registered yet: a Limit was built while ratekeeper was "
+                    "still being imported; import ratekeeper first (ratekeeper.algorithms "
+                    "registers every algorithm)"
+                )
             raise InvalidLimit(
-                f"unknown algorithm {self.algorithm!r}; choose one of: {', '.join(ALGORITHMS)}"
+                f"unknown algorithm {self.algorithm!r}; choose one of: {', '.join(RULES)}"
             )
         rate = parse_rate(self.rate)  # InvalidRate, itself an InvalidLimit
         set_(self, "rate", rate)
         if self.scope not in ("key", "global"):
             raise InvalidLimit(f"scope must be 'key' or 'global', got {self.scope!r}")
-        algo = self.algorithm
-        if algo in _BUCKETS:
-            burst = rate.amount if self.burst is None else _number("burst", self.burst)
-            if self.nodelay or self.delay:
-                raise InvalidLimit(f"nodelay/delay apply to 'leaky-bucket' only, not {algo!r}")
-            capacity = burst
-            window = burst / rate.per_second  # time for an empty bucket to fill
-        elif algo == "leaky-bucket":
-            burst = 0.0 if self.burst is None else _number("burst", self.burst, allow_zero=True)
-            if not float(burst).is_integer():
-                raise InvalidLimit(f"leaky-bucket burst counts requests; got {self.burst!r}")
-            per_milli = rate.per_second * 1000
-            if per_milli < 1:
-                raise InvalidLimit(
-                    f"leaky-bucket rate {rate} is below nginx's resolution of 1 request "
-                    "per 1000 seconds; use a faster rate or a window algorithm"
-                )
-            if isinstance(self.delay, bool) or not isinstance(self.delay, int) or self.delay < 0:
-                raise InvalidLimit(f"delay must be a whole number >= 0, got {self.delay!r}")
-            if self.nodelay and self.delay:
-                raise InvalidLimit("use either nodelay=True or delay=D, not both (as in nginx)")
-            capacity = burst + 1  # nginx admits burst+1 requests at once
-            window = capacity / rate.per_second
-        else:
-            if self.burst is not None:
-                raise InvalidLimit(
-                    f"{algo!r} takes no burst: its capacity is the rate's amount "
-                    f"({rate.amount:g} per {rate.period:g}s)"
-                )
-            if self.nodelay or self.delay:
-                raise InvalidLimit(f"nodelay/delay apply to 'leaky-bucket' only, not {algo!r}")
-            burst = None
-            capacity = float(rate.amount)
-            window = rate.period
+        burst, capacity, window = rules.params(
+            self.algorithm, rate, self.burst, self.nodelay, self.delay)
         set_(self, "burst", None if burst is None else float(burst))
         set_(self, "per_second", rate.per_second)
         set_(self, "interval", 1.0 / rate.per_second)
@@ -157,7 +157,7 @@ class Limit:
     def default_name(self) -> str:
         """A name built from the parameters, e.g. ``gcra-10/s-b20``."""
         parts = [self.algorithm, str(self.rate)]
-        if self.burst is not None and self.algorithm != "fixed-window":
+        if self.burst is not None:
             parts.append(f"b{self.burst:g}")
         if self.nodelay:
             parts.append("nodelay")
@@ -175,7 +175,7 @@ class Limit:
     def check_cost(self, cost: float) -> float:
         """Validate a request cost for this limit; returns it as a float."""
         c = check_cost(cost)
-        if self.algorithm in ("sliding-window-log", "leaky-bucket") and not c.is_integer():
+        if not c.is_integer() and RULES[self.algorithm].whole_costs:
             raise InvalidCost(
                 f"{self.algorithm} counts whole requests; cost must be a whole number, got {cost!r}"
             )

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
 import ratekeeper
-from ratekeeper import _types, algorithms
-from ratekeeper.algorithms import ALGORITHMS
+from ratekeeper import InvalidCost, InvalidLimit, Limit, Rate, _types, algorithms
+from ratekeeper.algorithms import ALGORITHMS, _common, leaky_bucket
 from ratekeeper.algorithms._common import Algorithm
 from ratekeeper.stores import _lua
 
@@ -22,11 +24,87 @@ NAMES = list(ALGORITHMS)
 
 
 def test_the_registry_lists_exactly_the_names_a_limit_accepts_in_order() -> None:
-    # _types (the values) cannot import the algorithms; this keeps the two lists one.
-    assert list(_types.ALGORITHMS) == NAMES, (
-        "ratekeeper._types.ALGORITHMS (what Limit accepts) and ratekeeper.algorithms."
-        "ALGORITHMS (the registry) must list the same algorithms in the same order")
+    # The registry fills the values' rule table (the values cannot import upward), so what a
+    # Limit accepts and what ratekeeper.ALGORITHMS lists are the registry, in its order.
+    assert list(_types.RULES) == NAMES == list(_types.ALGORITHMS) == list(ratekeeper.ALGORITHMS)
+    assert NAMES == ["token-bucket", "gcra", "leaky-bucket", "fixed-window",
+                     "sliding-window-log", "sliding-window-counter"]  # the documented order
     assert {n: a.reference for n, a in ALGORITHMS.items()} == ratekeeper.ALGORITHMS
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_algorithm_owns_its_parameter_rules(name: str) -> None:
+    """`Limit` validates and derives its fields with the rules its algorithm's module
+    declares on its record; the values keep only the table."""
+    algo = ALGORITHMS[name]
+    assert _types.RULES[name] is algo.rules
+    assert ratekeeper.ALGORITHMS[name] == algo.rules.description == algo.reference
+
+
+def test_shared_rule_families_are_written_once_in_common() -> None:
+    params = {n: a.rules.params for n, a in ALGORITHMS.items()}
+    assert params["token-bucket"] is params["gcra"] is _common.bucket_params
+    assert (params["fixed-window"] is params["sliding-window-log"]
+            is params["sliding-window-counter"] is _common.window_params)
+    assert params["leaky-bucket"] is leaky_bucket.limit_params
+    assert {n for n, a in ALGORITHMS.items() if a.rules.whole_costs} == {
+        "leaky-bucket", "sliding-window-log"}
+
+
+def test_a_limit_follows_whatever_rules_its_algorithm_registered(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No name is special to `Limit`: a new algorithm's rules (a toy here) decide its burst,
+    capacity and window, its errors and whether its costs must be whole."""
+    seen: list[tuple[object, ...]] = []
+
+    def params(algorithm: str, rate: Rate, burst: float | None, nodelay: bool, delay: int
+               ) -> tuple[float | None, float, float]:
+        seen.append((algorithm, str(rate), burst, nodelay, delay))
+        if nodelay:
+            raise InvalidLimit(f"{algorithm!r} never delays")
+        return 2.0, 7.0, 2.5
+
+    rules = _types.LimitRules("a toy", params, whole_costs=True)
+    monkeypatch.setitem(_types.RULES, "toy", rules)
+    monkeypatch.setitem(_types.ALGORITHMS, "toy", rules.description)
+    lim = Limit("toy", "3/s", burst=9)
+    assert (lim.burst, lim.capacity, lim.window, lim.per_second) == (2.0, 7.0, 2.5, 3.0)
+    assert lim.name == "toy-3/s-b2"
+    assert seen == [("toy", "3/s", 9, False, 0)]
+    with pytest.raises(InvalidLimit, match=r"^'toy' never delays$"):
+        Limit("toy", "3/s", nodelay=True)
+    assert lim.check_cost(2) == 2.0
+    with pytest.raises(InvalidCost, match=r"^toy counts whole requests"):
+        lim.check_cost(0.5)
+
+
+def test_an_empty_rule_table_refuses_every_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Were a Limit built before the algorithms registered (a partial import), it must fail
+    loudly rather than accept any parameters, and say why."""
+    monkeypatch.setattr(_types, "RULES", {})
+    with pytest.raises(RuntimeError, match="no algorithm is registered"):
+        Limit("gcra", "10/s", burst=-5)
+
+
+def test_importing_only_the_values_module_still_validates_limits() -> None:
+    """A fresh interpreter that imports ``ratekeeper._types`` and nothing else: Python
+    imports the package first, and the package imports the algorithms, which register."""
+    code = "\n".join([
+        "import sys",
+        "from ratekeeper._types import RULES, Limit",
+        "assert 'ratekeeper.algorithms' in sys.modules",
+        "print(','.join(RULES))",
+        "lim = Limit('leaky-bucket', '10r/s', burst=2)",
+        "print(lim.burst, lim.capacity, round(lim.window, 9))",
+        "try:",
+        "    Limit('gcra', '10/s', nodelay=True)",
+        "except Exception as e:",
+        "    print(type(e).__name__, e)",
+    ])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout.splitlines()
+    assert out == [",".join(NAMES), "2.0 3.0 0.3",
+                   "InvalidLimit nodelay/delay apply to 'leaky-bucket' only, not 'gcra'"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -124,17 +202,30 @@ def test_from_redis_reads_its_own_layout_and_refuses_any_other(name: str) -> Non
                 from_redis(okind, ovalue)
 
 
+def _names_in_code(path: Path) -> list[tuple[str, int, str]]:
+    """Every string constant in `path` (docstrings aside; comments are not in the tree) that
+    names an algorithm."""
+    names = set(NAMES)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr)}
+    return [(path.name, n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docstrings
+            and any(re.search(rf"\b{re.escape(a)}\b", n.value) for a in names)]
+
+
 def test_no_store_switches_on_algorithm_names() -> None:
     """The Redis store reads each algorithm's codec: no algorithm name appears in its code
     (docstrings and comments aside)."""
-    names = set(NAMES)
     for path in [*(SRC / "stores" / "redis").glob("*.py"), SRC / "stores" / "_lua.py"]:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
-                      if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
-                      and n.body and isinstance(n.body[0], ast.Expr)}
-        found = [(path.name, n.lineno, n.value) for n in ast.walk(tree)
-                 if isinstance(n, ast.Constant) and isinstance(n.value, str)
-                 and id(n) not in docstrings
-                 and any(re.search(rf"\b{re.escape(a)}\b", n.value) for a in names)]
+        found = _names_in_code(path)
         assert not found, found
+
+
+def test_the_values_do_not_switch_on_algorithm_names() -> None:
+    """`Limit` reads its algorithm's registered rules: no algorithm name appears in
+    ``_types.py``'s code (its docstrings may still teach with them)."""
+    found = _names_in_code(SRC / "_types.py")
+    assert not found, found

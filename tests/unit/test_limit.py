@@ -277,3 +277,52 @@ def test_decision_repr() -> None:
         "Decision(allowed, remaining=4, delay=1.5, reset_after=2)"
     )
     assert repr(Decision(False, 0, 1.0, 1.0, 0.0, LIM, True)).endswith("degraded)")
+
+
+# -- every parameter error, word for word -------------------------------------------------
+# The rules moved into the algorithm modules (each owns its parameter rules); these are the
+# exact messages users and the service's config errors have always shown.
+
+_LEAKY_ONLY = "nodelay/delay apply to 'leaky-bucket' only, not {!r}"
+EXACT_ERRORS: list[tuple[str, str, dict[str, object], str]] = [
+    ("nosuch", "1/s", {}, "unknown algorithm 'nosuch'; choose one of: token-bucket, gcra, "
+     "leaky-bucket, fixed-window, sliding-window-log, sliding-window-counter"),
+    ("gcra", "1/s", {"burst": -1}, "burst must be > 0, got -1"),
+    ("token-bucket", "1/s", {"burst": 0}, "burst must be > 0, got 0"),
+    ("token-bucket", "1/s", {"burst": "x"}, "burst must be a number, got 'x'"),
+    ("gcra", "1/s", {"burst": math.inf}, "burst must be a finite number, got inf"),
+    ("gcra", "1/s", {"burst": 10**400},
+     "burst is too large to be a number: 1000000000000000000000000000000000000000..."),
+    ("token-bucket", "1/s", {"nodelay": True}, _LEAKY_ONLY.format("token-bucket")),
+    ("gcra", "1/s", {"delay": 2}, _LEAKY_ONLY.format("gcra")),
+    ("leaky-bucket", "1r/s", {"burst": 1.5}, "leaky-bucket burst counts requests; got 1.5"),
+    ("leaky-bucket", "1r/s", {"burst": -1}, "burst must be >= 0, got -1"),
+    ("leaky-bucket", "1r/2000s", {}, "leaky-bucket rate 1/2000s is below nginx's resolution "
+     "of 1 request per 1000 seconds; use a faster rate or a window algorithm"),
+    ("leaky-bucket", "1r/s", {"delay": -1}, "delay must be a whole number >= 0, got -1"),
+    ("leaky-bucket", "1r/s", {"delay": True}, "delay must be a whole number >= 0, got True"),
+    ("leaky-bucket", "1r/s", {"delay": 1.0}, "delay must be a whole number >= 0, got 1.0"),
+    ("leaky-bucket", "1r/s", {"delay": 1, "nodelay": True},
+     "use either nodelay=True or delay=D, not both (as in nginx)"),
+    ("fixed-window", "5/m", {"burst": 3},
+     "'fixed-window' takes no burst: its capacity is the rate's amount (5 per 60s)"),
+    ("sliding-window-log", "5/m", {"nodelay": True}, _LEAKY_ONLY.format("sliding-window-log")),
+    ("sliding-window-counter", "5/m", {"delay": 1},
+     _LEAKY_ONLY.format("sliding-window-counter")),
+    ("gcra", "1/s", {"scope": "x"}, "scope must be 'key' or 'global', got 'x'"),
+]
+
+
+@pytest.mark.parametrize(("algo", "rate", "kwargs", "message"), EXACT_ERRORS)
+def test_each_parameter_error_keeps_its_exact_message(
+        algo: str, rate: str, kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidLimit) as e:
+        Limit(algo, rate, **kwargs)  # type: ignore[arg-type]
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize("algo", ["sliding-window-log", "leaky-bucket"])
+def test_the_whole_cost_error_keeps_its_exact_message(algo: str) -> None:
+    with pytest.raises(InvalidCost) as e:
+        Limit(algo, "5r/s" if algo == "leaky-bucket" else "5/s").check_cost(1.5)
+    assert str(e.value) == f"{algo} counts whole requests; cost must be a whole number, got 1.5"

@@ -1,15 +1,21 @@
 """The algorithms: pure functions of (state, now, cost, limit), no I/O, no clock.
 
 See `_common` for the rules every algorithm follows. Each algorithm is one module that owns
-everything about itself: its math, its Redis codec (how its parameters and state cross into
-Lua and back) and, beside it, its Lua file; its docstring explains the math and the
-reference it mirrors. `ALGORITHMS` is the registry, one line per module; `get(name)`
-returns an algorithm's record. The names are exactly those `ratekeeper.ALGORITHMS` lists
-(the values cannot import this package, so a test keeps the two in step).
+everything about itself: its math, its parameter rules (what a `Limit` of it accepts), its
+Redis codec (how its parameters and state cross into Lua and back) and, beside it, its Lua
+file; its docstring explains the math and the reference it mirrors. `ALGORITHMS` is the
+registry, one line per module; `get(name)` returns an algorithm's record.
+
+Building the registry registers each algorithm's rules with the values
+(`ratekeeper._types.register`), in this order, which is the order `ratekeeper.ALGORITHMS`
+lists: the values sit below this package and cannot import it. Any import of ratekeeper
+(even of ``ratekeeper._types`` alone) runs the package's ``__init__`` first, which imports
+this package, so the rules are in place before any `Limit` is built.
 """
 
 from __future__ import annotations
 
+from .._types import register
 from . import (
     fixed_window,
     gcra,
@@ -33,6 +39,9 @@ ALGORITHMS: dict[str, Algorithm] = {
         sliding_window_counter,
     )
 }
+for _algorithm in ALGORITHMS.values():
+    register(_algorithm.name, _algorithm.rules)
+del _algorithm
 
 
 def get(name: str) -> Algorithm:

@@ -18,9 +18,12 @@ Rules every algorithm follows (the "theory of operation"):
   of the period on that scale (t = 0 is the epoch).
 * An algorithm is one module, ``<name>.py``, with its Lua twin ``<name>.lua`` beside it
   (the same arithmetic for the Redis store, line by line), and it ends with
-  ``ALGORITHM = Algorithm(name, decide, refund, ttl, RedisCodec(...))``: everything a store
-  needs to know about it, so no store switches on algorithm names. The registry
-  (``ALGORITHMS`` in ``__init__``) lists every module's record.
+  ``ALGORITHM = Algorithm(name, decide, refund, ttl, LimitRules(...), RedisCodec(...))``:
+  everything a `Limit` and a store need to know about it, so neither switches on algorithm
+  names. The registry (``ALGORITHMS`` in ``__init__``) lists every module's record and
+  registers its `LimitRules` with the values (`ratekeeper._types.register`).
+* The parameter rules two or more algorithms share are written once, here: `bucket_params`
+  (token bucket, GCRA) and `window_params` (the three windows).
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .._types import ALGORITHMS as REFERENCES
-from .._types import Decision, Limit
+from .._errors import InvalidLimit
+from .._rates import Rate
+from .._types import Decision, Limit, LimitRules, check_number
 
-__all__ = ["EPS", "NS_TOLERANCE", "TIME_EPS", "Algorithm", "RedisCodec", "floor_remaining",
-           "hash_fields", "lua_float", "new_decision"]
+__all__ = ["EPS", "NS_TOLERANCE", "TIME_EPS", "Algorithm", "LimitRules", "RedisCodec",
+           "bucket_params", "floor_remaining", "hash_fields", "lua_float", "new_decision",
+           "no_delay", "window_params"]
 
 #: Whole-unit rounding guard: ``floor(x + EPS)`` so 2.9999999999999996 counts as 3.
 EPS = 1e-9
@@ -93,18 +98,51 @@ class RedisCodec(NamedTuple):
 
 
 class Algorithm(NamedTuple):
-    """One algorithm, looked up by name: its three pure functions and its Redis codec."""
+    """One algorithm, looked up by name: its three pure functions, what a `Limit` of it
+    accepts (its `LimitRules`) and its Redis codec."""
 
     name: str
     decide: Decide
     refund: Refund
     ttl: Ttl
+    rules: LimitRules
     redis: RedisCodec
 
     @property
     def reference(self) -> str:
         """What it follows, in one line (``ratekeeper.ALGORITHMS[name]``)."""
-        return REFERENCES[self.name]
+        return self.rules.description
+
+
+# -- parameter rules (LimitRules.params) shared by several algorithms -------------------------
+
+
+def no_delay(algorithm: str, nodelay: bool, delay: int) -> None:
+    """nodelay and delay are nginx's queueing options: the leaky bucket's only."""
+    if nodelay or delay:
+        raise InvalidLimit(f"nodelay/delay apply to 'leaky-bucket' only, not {algorithm!r}")
+
+
+def bucket_params(algorithm: str, rate: Rate, burst: float | None, nodelay: bool, delay: int
+                  ) -> tuple[float, float, float]:
+    """Token bucket and GCRA: `burst` (default: the rate's amount, as Go's
+    ``rate.NewLimiter(r, b)`` is usually given) is the capacity, any number above 0; the
+    window is the time an empty bucket takes to fill."""
+    b = rate.amount if burst is None else check_number("burst", burst)
+    no_delay(algorithm, nodelay, delay)
+    return b, b, b / rate.per_second
+
+
+def window_params(algorithm: str, rate: Rate, burst: float | None, nodelay: bool, delay: int
+                  ) -> tuple[None, float, float]:
+    """The windows: at most the rate's amount per period, so no burst; window = period."""
+    if burst is not None:
+        raise InvalidLimit(
+            f"{algorithm!r} takes no burst: its capacity is the rate's amount "
+            f"({rate.amount:g} per {rate.period:g}s)"
+        )
+    no_delay(algorithm, nodelay, delay)
+    return None, float(rate.amount), rate.period
 
 
 def floor_remaining(x: float) -> int:

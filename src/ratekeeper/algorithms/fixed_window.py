@@ -20,11 +20,13 @@ from .._types import Decision, Limit
 from ._common import (
     EPS,
     Algorithm,
+    LimitRules,
     RedisCodec,
     floor_remaining,
     hash_fields,
     lua_float,
     new_decision,
+    window_params,
 )
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
@@ -91,5 +93,7 @@ def from_redis(kind: str, value: Any) -> State:
     return int(float(k)), float(used)
 
 
-ALGORITHM = Algorithm("fixed-window", decide, refund, ttl, RedisCodec(
+ALGORITHM = Algorithm("fixed-window", decide, refund, ttl, LimitRules(
+    "at most N per window [kP, (k+1)P)",
+    window_params), RedisCodec(
     id=4, tag="fw", script="fixed_window.lua", params=lua_params, from_redis=from_redis))

@@ -24,7 +24,16 @@ from __future__ import annotations
 from typing import Any
 
 from .._types import Decision, Limit
-from ._common import EPS, NS_TOLERANCE, Algorithm, RedisCodec, lua_float, new_decision
+from ._common import (
+    EPS,
+    NS_TOLERANCE,
+    Algorithm,
+    LimitRules,
+    RedisCodec,
+    bucket_params,
+    lua_float,
+    new_decision,
+)
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
 
@@ -85,6 +94,8 @@ def fast_reset(reply: list[Any], limit: Limit) -> float:
     return float(reply[1]) - (now / 1e6 if now.__class__ is int else float(now))
 
 
-ALGORITHM = Algorithm("gcra", decide, refund, ttl, RedisCodec(
+ALGORITHM = Algorithm("gcra", decide, refund, ttl, LimitRules(
+    "the token bucket's decisions with one timestamp of state (GCRA)",
+    bucket_params), RedisCodec(
     id=2, tag="gcra", script="gcra.lua", params=lua_params, from_redis=from_redis,
     fast_script="one_gcra.lua", fast_reset=fast_reset))

@@ -33,14 +33,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._types import Decision, Limit
-from ._common import EPS, Algorithm, RedisCodec, hash_fields, new_decision
+from .._errors import InvalidLimit
+from .._rates import Rate
+from .._types import Decision, Limit, check_number
+from ._common import EPS, Algorithm, LimitRules, RedisCodec, hash_fields, new_decision
 
-__all__ = ["ALGORITHM", "decide", "params", "refund", "ttl"]
+__all__ = ["ALGORITHM", "decide", "limit_params", "params", "refund", "ttl"]
 
 State = tuple[int, int]  # (excess in milli-requests, last update in ms)
 
 _NEVER = 1 << 62  # nodelay: no excess is ever delayed
+
+
+def limit_params(algorithm: str, rate: Rate, burst: float | None, nodelay: bool, delay: int
+                 ) -> tuple[float, float, float]:
+    """A `Limit`'s rules, nginx's: `burst` (default 0) counts queued requests, so it is
+    whole; the rate must be at least nginx's resolution of one milli-request per second
+    (`params` keeps it as an integer); ``delay=D`` is a whole number and excludes
+    `nodelay`. The capacity is ``burst + 1``: nginx admits burst+1 requests at once."""
+    b = 0.0 if burst is None else check_number("burst", burst, allow_zero=True)
+    if not float(b).is_integer():
+        raise InvalidLimit(f"{algorithm} burst counts requests; got {burst!r}")
+    if rate.per_second * 1000 < 1:
+        raise InvalidLimit(
+            f"{algorithm} rate {rate} is below nginx's resolution of 1 request "
+            "per 1000 seconds; use a faster rate or a window algorithm"
+        )
+    if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
+        raise InvalidLimit(f"delay must be a whole number >= 0, got {delay!r}")
+    if nodelay and delay:
+        raise InvalidLimit("use either nodelay=True or delay=D, not both (as in nginx)")
+    capacity = b + 1
+    return b, capacity, capacity / rate.per_second
 
 
 def params(limit: Limit) -> tuple[int, int, int]:
@@ -130,5 +154,7 @@ def from_redis(kind: str, value: Any) -> State:
     return int(float(excess)), int(float(last))
 
 
-ALGORITHM = Algorithm("leaky-bucket", decide, refund, ttl, RedisCodec(
+ALGORITHM = Algorithm("leaky-bucket", decide, refund, ttl, LimitRules(
+    "nginx limit_req: burst, nodelay, delay=D; can answer 'admit after a delay'",
+    limit_params, whole_costs=True), RedisCodec(
     id=3, tag="lb", script="leaky_bucket.lua", params=lua_params, from_redis=from_redis))

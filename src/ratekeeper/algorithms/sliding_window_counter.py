@@ -23,11 +23,13 @@ from .._types import Decision, Limit
 from ._common import (
     EPS,
     Algorithm,
+    LimitRules,
     RedisCodec,
     floor_remaining,
     hash_fields,
     lua_float,
     new_decision,
+    window_params,
 )
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
@@ -121,6 +123,8 @@ def from_redis(kind: str, value: Any) -> State:
     return int(float(k)), float(prev), float(curr)
 
 
-ALGORITHM = Algorithm("sliding-window-counter", decide, refund, ttl, RedisCodec(
+ALGORITHM = Algorithm("sliding-window-counter", decide, refund, ttl, LimitRules(
+    "Cloudflare's estimate prev*(P-elapsed)/P + curr <= N",
+    window_params), RedisCodec(
     id=6, tag="swc", script="sliding_window_counter.lua", params=lua_params,
     from_redis=from_redis))

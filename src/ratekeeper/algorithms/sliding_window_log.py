@@ -22,10 +22,12 @@ from ._common import (
     EPS,
     TIME_EPS,
     Algorithm,
+    LimitRules,
     RedisCodec,
     floor_remaining,
     lua_float,
     new_decision,
+    window_params,
 )
 
 __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
@@ -119,6 +121,8 @@ def from_redis(kind: str, value: Any) -> State:
     return tuple(entries)
 
 
-ALGORITHM = Algorithm("sliding-window-log", decide, refund, ttl, RedisCodec(
+ALGORITHM = Algorithm("sliding-window-log", decide, refund, ttl, LimitRules(
+    "at most N in any window (t-P, t]; logs admitted requests only",
+    window_params, whole_costs=True), RedisCodec(
     id=5, tag="swl", script="sliding_window_log.lua", params=lua_params,
     from_redis=from_redis))

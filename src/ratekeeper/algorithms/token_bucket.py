@@ -31,7 +31,9 @@ from ._common import (
     EPS,
     NS_TOLERANCE,
     Algorithm,
+    LimitRules,
     RedisCodec,
+    bucket_params,
     hash_fields,
     lua_float,
     new_decision,
@@ -124,6 +126,8 @@ def fast_reset(reply: list[Any], limit: Limit) -> float:
     return (float(limit.capacity) - float(reply[1])) / float(limit.per_second)
 
 
-ALGORITHM = Algorithm("token-bucket", decide, refund, ttl, RedisCodec(
+ALGORITHM = Algorithm("token-bucket", decide, refund, ttl, LimitRules(
+    "Go golang.org/x/time/rate AllowN: capacity `burst`, continuous refill",
+    bucket_params), RedisCodec(
     id=1, tag="tb", script="token_bucket.lua", params=lua_params, from_redis=from_redis,
     fast_script="one_token_bucket.lua", fast_reset=fast_reset))
