@@ -78,6 +78,17 @@ def test_a_limit_follows_whatever_rules_its_algorithm_registered(
         lim.check_cost(0.5)
 
 
+def test_registering_a_name_again_with_other_rules_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_types, "RULES", dict(_types.RULES))
+    monkeypatch.setattr(_types, "ALGORITHMS", dict(_types.ALGORITHMS))
+    gcra = ALGORITHMS["gcra"].rules
+    _types.register("gcra", gcra)  # the same record again: harmless
+    with pytest.raises(ValueError, match="'gcra' is already registered with other rules"):
+        _types.register("gcra", gcra._replace(whole_costs=True))
+    assert _types.RULES["gcra"] is gcra and list(_types.RULES) == NAMES
+
+
 def test_an_empty_rule_table_refuses_every_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Were a Limit built before the algorithms registered (a partial import), it must fail
     loudly rather than accept any parameters, and say why."""
