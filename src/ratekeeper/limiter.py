@@ -363,8 +363,10 @@ class AsyncLimiter(_Driver[AsyncStore]):
         hooks, abind_hit = self._hooks(self._slow_hit), getattr(self.store, "abind_hit", None)
         if abind_hit is not None:
             return abind_hit(single, hooks)  # type: ignore[no-any-return]
-        return abind_fallible_hit(functools.partial(self.store.adecide_one, single), hooks,
-                                  self.store.uses_client_clock)
+        abind = getattr(self.store, "abind", None)  # optional: `bind`'s asyncio form
+        decide = abind(single) if abind is not None \
+            else functools.partial(self.store.adecide_one, single)
+        return abind_fallible_hit(decide, hooks, self.store.uses_client_clock)
 
     async def _slow_hit(self, key: str, cost: float) -> Decision:
         return await arun(self._hit_plan(key, cost))

@@ -12,7 +12,8 @@ Stores raise `StoreUnavailable` when they cannot answer in time; the limiter's f
 policy decides what happens then. Any other store error is a `StoreError`.
 
 The hot path. A limiter with one per-key limit binds ``hit`` once: by default from the
-store's `bind` (`bind_fallible_hit`; asyncio: from ``adecide_one``, `abind_fallible_hit`),
+store's `bind` (`bind_fallible_hit`; asyncio: from the optional ``abind(limit)``, else
+``adecide_one``, `abind_fallible_hit`),
 which checks keys inline and hands a `StoreError` to the failure policy. A store that can do
 better offers an optional ``bind_hit(limit, hooks)`` (and ``abind_hit``) returning the whole
 ``(key, cost=1) -> Decision`` function: `MemoryStore` runs it under its lock and checks a

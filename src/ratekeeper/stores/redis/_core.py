@@ -524,7 +524,14 @@ class _RedisCore:
 
     def _decide_cached_plan(self, checks: Sequence[Check], now: float,
                             consume: bool) -> _Plan[tuple[list[Decision], float]]:
-        """`_decide_plan` behind the deny cache (when it is on)."""
+        """`_decide_plan` behind the deny cache (when it is on; without it, the plan itself:
+        no wrapping generator on the composite path)."""
+        if self._deny is None and checks:
+            return self._decide_plan(checks, now, consume)
+        return self._deny_cache_plan(checks, now, consume)
+
+    def _deny_cache_plan(self, checks: Sequence[Check], now: float,
+                         consume: bool) -> _Plan[tuple[list[Decision], float]]:
         if not checks:
             return [], now
         t = 0.0

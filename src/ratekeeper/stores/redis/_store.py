@@ -10,8 +10,9 @@ the async one coalesces concurrent calls into pipelines.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -442,6 +443,22 @@ class AsyncRedisStore(_RedisCore):
 
     async def adecide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision:
         return await self._run(self._decide_one_plan(limit, key, cost, now))
+
+    def abind(self, limit: Limit) -> Callable[[str, float, float], Awaitable[Decision]]:
+        """`adecide_one` for one fixed limit, ``(key, cost, now) -> Decision``: the asyncio
+        hot path. Without a deny cache a one-limit decision is one call whatever happens, so
+        it is built, sent (coalesced with concurrent ones) and parsed without a plan."""
+        if self._deny is not None:
+            return functools.partial(self.adecide_one, limit)
+        one_call, attempt, parse = self._one_call, self._attempt, _PARSE_ONE[limit.algorithm]
+
+        async def decide(key: str, cost: float, now: float) -> Decision:
+            ok, value = await attempt(one_call(limit, key, cost, now))
+            if not ok:
+                raise value
+            return parse(value, limit)
+
+        return decide
 
     async def adecide(self, checks: Sequence[Check], now: float,
                       consume: bool = True) -> tuple[list[Decision], float]:
