@@ -4,6 +4,10 @@ Accepted forms (case-insensitive, spaces optional)::
 
     10/s   10/sec   10/second   10 per second   10r/s (nginx)   10/1s
     100/minute   100/m   100/min   5 per 2 seconds   3/2s   1000/day   1000/d   50/hour   50/h
+    1/week   1/w   5/month   5/mo   100/year   100/y
+
+A week is 7 days, a month 30 days and a year 365 days, as envoyproxy/ratelimit counts Envoy's
+WEEK, MONTH and YEAR units (fixed lengths, not calendar months).
 
 A rate is an amount per period; `Rate.per_second` is the amount divided by the period.
 """
@@ -39,6 +43,19 @@ _UNITS: dict[str, float] = {
     "d": 86400.0,
     "day": 86400.0,
     "days": 86400.0,
+    # Envoy's WEEK, MONTH and YEAR, with envoyproxy/ratelimit's lengths: 7, 30 and 365 days
+    # (calendar months and years would make the limit's period vary).
+    "w": 7 * 86400.0,
+    "wk": 7 * 86400.0,
+    "week": 7 * 86400.0,
+    "weeks": 7 * 86400.0,
+    "mo": 30 * 86400.0,
+    "month": 30 * 86400.0,
+    "months": 30 * 86400.0,
+    "y": 365 * 86400.0,
+    "yr": 365 * 86400.0,
+    "year": 365 * 86400.0,
+    "years": 365 * 86400.0,
 }
 
 _RATE_RE = re.compile(
@@ -109,8 +126,8 @@ def parse_rate(text: str | Rate) -> Rate:
     unit = m.group("unit").lower()
     if unit not in _UNITS:
         raise InvalidRate(
-            f"unknown time unit {m.group('unit')!r} in rate {text!r}; use s, m, h, d "
-            f"(or second, minute, hour, day); valid forms: {_VALID_FORMS}"
+            f"unknown time unit {m.group('unit')!r} in rate {text!r}; use s, m, h, d, w, mo, y "
+            f"(or second, minute, hour, day, week, month, year); valid forms: {_VALID_FORMS}"
         )
     amount = float(m.group("amount"))
     count = float(m.group("count")) if m.group("count") else 1.0
