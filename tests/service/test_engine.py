@@ -234,18 +234,16 @@ async def test_overrides_and_their_switch() -> None:
 
 async def test_bad_requests() -> None:
     e, _ = engine()
-    with pytest.raises(UnknownDomain) as info:
-        await e.check("nope", [desc(("user", "u"))])
-    assert info.value.known == ("d",)
+    # An empty list is an error, as envoyproxy/ratelimit's (test/service/ratelimit_test.go,
+    # TestEmptyDescriptors: "rate limit descriptor list must not be empty").
     with pytest.raises(InvalidRequest, match="at least one descriptor"):
         await e.check("d", [])
     with pytest.raises(InvalidRequest, match="max_cost of 100"):
         await e.check("d", [desc(("user", "u"), ("op", "big"))], hits=26)  # 26 x 4 > 100
-    for bad in (0, -1, float("nan"), float("inf"), 10**400, "1", True, None):
+    for bad in (-1, float("nan"), float("inf"), 10**400, "1", True, None):
         with pytest.raises(InvalidRequest, match="cost"):
             make_descriptor([("user", "u")], hits=bad if bad is not None else "x")
-    with pytest.raises(InvalidRequest, match="no entries"):
-        make_descriptor([])
+    assert make_descriptor([("user", "u")], hits=0).hits == 0  # a check that charges nothing
 
 
 async def test_results_carry_the_generation(tmp_path: Path) -> None:
@@ -514,3 +512,56 @@ def test_a_watch_period_must_be_positive_seconds(tmp_path: Path, every: float) -
     path.write_text(POLICIES.format(service="", domain=""))
     with pytest.raises(ValueError, match="watch period"):
         Watcher(PolicyHolder(path), every)
+
+
+async def test_descriptors_not_charged_report_their_true_remaining() -> None:
+    # All-or-nothing: [tenant] rejects, so [user] is not charged, and its status says what it
+    # really has left (before: as if charged, 2, while the next check still found 3).
+    e, _ = engine()
+    for t in ("a", "b"):
+        assert (await e.check("d", [desc(("tenant", t))])).allowed  # 2/hour for all tenants
+    r = await e.check("d", [desc(("user", "u")), desc(("tenant", "c"))])
+    assert not r.allowed
+    user, tenant = r.statuses
+    assert user.outcome == "allowed" and user.decision is not None
+    assert user.decision.remaining == 3  # 3/hour, nothing charged
+    assert tenant.outcome == "rejected"
+    r = await e.check("d", [desc(("user", "u"))])
+    assert r.decision is not None and r.decision.remaining == 2
+
+
+async def test_a_descriptor_hits_of_zero_checks_without_charging() -> None:
+    # envoyproxy/ratelimit (src/utils/utilities.go, GetHitsAddends): a descriptor's own hits
+    # of 0 checks the limit and charges nothing.
+    e, _ = engine()
+    r = await e.check("d", [desc(("user", "u"), hits=0)], hits=2)
+    assert r.allowed and r.statuses[0].decision is not None
+    assert r.statuses[0].decision.remaining == 3
+    for left in (2, 1, 0):
+        r = await e.check("d", [desc(("user", "u"))])
+        assert r.decision is not None and r.decision.remaining == left
+    r = await e.check("d", [desc(("user", "u"), hits=0)])
+    assert r.allowed and r.statuses[0].decision is not None  # full, and nothing asked
+    assert r.statuses[0].decision.remaining == 0
+    assert not (await e.check("d", [desc(("user", "u"))])).allowed
+
+
+async def test_an_unknown_domain_answers_every_descriptor_unmatched() -> None:
+    # envoyproxy/ratelimit: an unknown domain has no limits (test/config/config_test.go,
+    # TestBasicConfig: GetLimit("foo_domain", ...) is nil); `unknown_domain = "error"` is
+    # ratekeeper's strict option.
+    e, _ = engine()
+    r = await e.check("nope", [desc(("user", "u")), desc(("ip", "x"))])
+    assert r.allowed and r.decision is None and not r.known_domain
+    assert [s.outcome for s in r.statuses] == ["unmatched", "unmatched"]
+    e, _ = engine(policies('unknown_domain = "error"'))
+    with pytest.raises(UnknownDomain) as info:
+        await e.check("nope", [desc(("user", "u"))])
+    assert info.value.known == ("d",)
+
+
+async def test_a_descriptor_without_entries_matches_nothing() -> None:
+    # test/config/config_test.go, TestBasicConfig: GetLimit("test-domain", {}) is nil.
+    e, _ = engine()
+    r = await e.check("d", [make_descriptor([]), desc(("user", "u"))])
+    assert r.allowed and [s.outcome for s in r.statuses] == ["unmatched", "allowed"]

@@ -8,6 +8,7 @@ cross-checked against them at the end.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import Callable, Iterator
 
@@ -15,7 +16,12 @@ import grpc
 import httpx
 import pytest
 
+from ratekeeper.service import Engine, UnknownDomain
+from ratekeeper.service._grpc import parse_request, response_for
+from ratekeeper.service._loader import parse_policies_text
 from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from ratekeeper.stores.memory import MemoryStore
+from ratekeeper.testing import ManualClock
 from tests.service._envoy import (
     METHOD,
     RateLimitRequest,
@@ -78,7 +84,7 @@ def test_decisions_statuses_and_headers(call: Call, uid: str) -> None:
         assert st.current_limit is not None
         assert st.current_limit.requests_per_unit == 3
         assert st.current_limit.unit == RateLimitResponseRateLimitUnit.HOUR
-        assert st.current_limit.name == "t.user"
+        assert st.current_limit.name == ""  # the policies give this limit no name
         assert st.duration_until_reset is not None
         assert datetime.timedelta(0) < st.duration_until_reset <= datetime.timedelta(hours=1)
         h = headers(resp)
@@ -106,7 +112,7 @@ def test_one_status_per_descriptor_in_request_order(call: Call, uid: str) -> Non
     assert unmatched.code == OK and unmatched.current_limit is None
     assert unmatched.limit_remaining == 0
     assert tenant.code == OK and tenant.limit_remaining == 4
-    assert tenant.current_limit is not None and tenant.current_limit.name == "t.per-tenant"
+    assert tenant.current_limit is not None and tenant.current_limit.name == "per-tenant"
     assert tenant.current_limit.requests_per_unit == 2
     assert tenant.current_limit.unit == RateLimitResponseRateLimitUnit.HOUR
     assert trial.code == OK
@@ -132,6 +138,16 @@ def test_hits_addend_request_and_descriptor_level(call: Call, uid: str) -> None:
     assert resp.overall_code == OK and resp.statuses[0].limit_remaining == 0
 
 
+def test_an_unknown_domain_and_an_empty_descriptor_are_ok_over_grpc(call: Call) -> None:
+    # envoyproxy/ratelimit: no limits for an unknown domain or an entry-less descriptor
+    # (test/config/config_test.go, TestBasicConfig).
+    for req in (RateLimitRequest(domain="nope", descriptors=[descriptor(("user", "x"))]),
+                RateLimitRequest(domain="t", descriptors=[descriptor()])):
+        resp = call(req)
+        assert resp.overall_code == OK
+        assert resp.statuses[0].code == OK and resp.statuses[0].current_limit is None
+
+
 def test_limit_override_from_envoy(call: Call, uid: str) -> None:
     d = descriptor(("generic_key", uid), override=(2, RateLimitUnit.HOUR))
     codes = [call(RateLimitRequest(domain="t", descriptors=[d])) for _ in range(3)]
@@ -139,7 +155,7 @@ def test_limit_override_from_envoy(call: Call, uid: str) -> None:
     lim = codes[0].statuses[0].current_limit
     assert lim is not None and lim.requests_per_unit == 2
     assert lim.unit == RateLimitResponseRateLimitUnit.HOUR
-    assert lim.name == "t.override/hour"
+    assert lim.name == ""  # as envoyproxy/ratelimit names no override
     zero = descriptor(("generic_key", uid + "z"), override=(0, RateLimitUnit.SECOND))
     resp = call(RateLimitRequest(domain="t", descriptors=[zero]))
     assert resp.overall_code == OVER
@@ -158,16 +174,10 @@ INVALID = [
      "domain must not be empty"),
     ("no descriptors", RateLimitRequest(domain="t", descriptors=[]),
      "descriptor list must not be empty"),
-    ("unknown domain", RateLimitRequest(domain="nope", descriptors=[descriptor(("user", "x"))]),
-     "unknown domain 'nope'"),
-    ("descriptor without entries", RateLimitRequest(domain="t", descriptors=[descriptor()]),
-     "descriptors[0] has no entries"),
     ("empty entry key", RateLimitRequest(domain="t", descriptors=[descriptor(("", "x"))]),
      "key must be a non-empty string"),
     ("hits over max_cost", RateLimitRequest(domain="t", descriptors=[descriptor(("user", "x"))],
                                             hits_addend=UINT32_MAX), "max_cost"),
-    ("descriptor hits 0", RateLimitRequest(domain="t", descriptors=[
-        descriptor(("user", "x"), hits=0)]), "finite number above 0"),
     ("descriptor hits 2^64-1", RateLimitRequest(domain="t", descriptors=[
         descriptor(("user", "x"), hits=2**64 - 1)]), "max_cost"),
     ("override of unknown unit", RateLimitRequest(domain="t", descriptors=[
@@ -230,4 +240,216 @@ def test_our_generated_stubs_agree_with_the_independent_encoding(
     again = RateLimitResponse.parse(resp.SerializeToString())
     assert again.statuses[0].limit_remaining == 2
     assert again.statuses[0].current_limit is not None
-    assert again.statuses[0].current_limit.name == "t.user"
+    assert again.statuses[0].current_limit.requests_per_unit == 3
+
+
+# -- Envoy's semantics, in process on a ManualClock: our rls_pb2 in the middle, the
+# -- independent encoding on both ends ----------------------------------------------------------
+
+SEMANTICS = """
+[service]
+{service}
+
+[domains.g.limits.per-minute]
+rate = "60/minute"
+
+[[domains.g.descriptors]]
+key = "named"
+limits = ["per-minute"]
+
+[[domains.g.descriptors]]
+key = "anon"
+limits = [{{ rate = "60/minute" }}]
+
+[[domains.g.descriptors]]
+key = "unit"
+  [[domains.g.descriptors.descriptors]]
+  key = "u"
+  value = "second"
+  limits = [{{ rate = "10/s" }}]
+  [[domains.g.descriptors.descriptors]]
+  key = "u"
+  value = "hour"
+  limits = [{{ rate = "50/hour" }}]
+  [[domains.g.descriptors.descriptors]]
+  key = "u"
+  value = "day"
+  limits = [{{ rate = "1000/day" }}]
+  [[domains.g.descriptors.descriptors]]
+  key = "u"
+  value = "week"
+  limits = [{{ rate = "1/week" }}]
+  [[domains.g.descriptors.descriptors]]
+  key = "u"
+  value = "month"
+  limits = [{{ rate = "5/month" }}]
+  [[domains.g.descriptors.descriptors]]
+  key = "u"
+  value = "year"
+  limits = [{{ rate = "100/year" }}]
+  [[domains.g.descriptors.descriptors]]
+  key = "u"
+  value = "odd"
+  limits = [{{ algorithm = "gcra", rate = "3/2s" }}]
+
+[[domains.g.descriptors]]
+key = "user"
+limits = [{{ rate = "3/hour" }}]
+
+[[domains.g.descriptors]]
+key = "trial"
+shadow_mode = true
+limits = [{{ rate = "1/hour" }}]
+"""
+
+
+class InProcess:
+    """An engine on a ManualClock behind our gRPC request parser and response builder."""
+
+    def __init__(self, service: str = "") -> None:
+        snap = parse_policies_text(SEMANTICS.format(service=service))
+        self.clock = ManualClock()
+        self.engine = Engine(lambda: snap, MemoryStore(), clock=self.clock)
+
+    def __call__(self, req: RateLimitRequest) -> RateLimitResponse:
+        ours = rls_pb2.RateLimitRequest.FromString(bytes(req))
+        res = asyncio.run(self.engine.check(*parse_request(ours)))
+        return RateLimitResponse.parse(response_for(res).SerializeToString())
+
+
+def one(call: Callable[[RateLimitRequest], RateLimitResponse], *entries: tuple[str, str],
+        hits_addend: int = 0) -> RateLimitResponse:
+    return call(RateLimitRequest(domain="g", descriptors=[descriptor(*entries)],
+                                 hits_addend=hits_addend))
+
+
+Unit = RateLimitResponseRateLimitUnit
+
+
+@pytest.mark.parametrize(("value", "rpu", "unit"), [
+    ("second", 10, Unit.SECOND), ("hour", 50, Unit.HOUR), ("day", 1000, Unit.DAY),
+    ("week", 1, Unit.WEEK), ("month", 5, Unit.MONTH), ("year", 100, Unit.YEAR),
+    ("odd", 90, Unit.MINUTE),  # no Envoy unit is 2 s: the smallest with a whole number
+])
+def test_current_limit_is_in_the_configured_unit(value: str, rpu: int, unit: Unit) -> None:
+    # envoyproxy/ratelimit answers the configured requests_per_unit and unit as they are
+    # (test/redis/fixed_cache_impl_test.go, TestRedis: CurrentLimit: limits[0].Limit).
+    st = one(InProcess(), ("unit", "x"), ("u", value)).statuses[0]
+    assert st.current_limit is not None
+    assert (st.current_limit.requests_per_unit, st.current_limit.unit) == (rpu, unit)
+
+
+def test_sixty_per_minute_is_sixty_per_minute_not_one_per_second() -> None:
+    st = one(InProcess(), ("anon", "a")).statuses[0]
+    assert st.current_limit is not None
+    assert (st.current_limit.requests_per_unit, st.current_limit.unit) == (60, Unit.MINUTE)
+    assert st.limit_remaining == 59
+
+
+def test_current_limit_name_only_when_the_config_names_the_limit() -> None:
+    # envoyproxy/ratelimit's current_limit.name is the config's rate_limit.name, "" when the
+    # config gives none (src/config/config_impl.go, NewRateLimit; overrides pass "").
+    call = InProcess()
+    named = one(call, ("named", "a")).statuses[0].current_limit
+    anon = one(call, ("anon", "a")).statuses[0].current_limit
+    override = call(RateLimitRequest(domain="g", descriptors=[
+        descriptor(("anon", "o"), override=(7, RateLimitUnit.DAY))])).statuses[0].current_limit
+    assert named is not None and named.name == "per-minute"
+    assert anon is not None and anon.name == ""
+    assert override is not None and override.name == ""
+    assert (override.requests_per_unit, override.unit) == (7, Unit.DAY)
+
+
+@pytest.mark.parametrize(("now", "seconds"), [(90.25, 30), (120.0, 60), (179.999, 1)])
+def test_duration_until_reset_is_whole_seconds_as_envoy_ratelimit(now: float,
+                                                                  seconds: int) -> None:
+    # envoyproxy/ratelimit: unit - now % unit on whole Unix seconds (src/utils/utilities.go,
+    # CalculateReset), so a minute window at t=90.25 resets in 30 s, at t=120 in 60 s.
+    call = InProcess()
+    call.clock.set(now)
+    st = one(call, ("anon", "a")).statuses[0]
+    assert st.duration_until_reset == datetime.timedelta(seconds=seconds)
+
+
+def test_over_limit_statuses_report_no_remaining() -> None:
+    # envoyproxy/ratelimit: an OVER_LIMIT status has limit_remaining 0
+    # (test/limiter/base_limiter_test.go, TestGetResponseStatusOverLimit).
+    call = InProcess()
+    assert one(call, ("user", "u"), hits_addend=2).statuses[0].limit_remaining == 1
+    over = one(call, ("user", "u"), hits_addend=2)  # 2 asked, 1 left: rejected
+    assert over.overall_code == OVER
+    assert over.statuses[0].code == OVER and over.statuses[0].limit_remaining == 0
+    assert one(call, ("user", "u")).statuses[0].limit_remaining == 0  # the 1 was still there
+
+
+def test_an_unknown_domain_is_ok_with_no_limit() -> None:
+    # envoyproxy/ratelimit: GetLimit on an unknown domain is nil, so every descriptor is OK
+    # without a limit (test/config/config_test.go, TestBasicConfig: "foo_domain").
+    resp = InProcess()(RateLimitRequest(domain="nope", descriptors=[
+        descriptor(("user", "u")), descriptor(("anon", "a"))]))
+    assert resp.overall_code == OK
+    assert [(s.code, s.current_limit, s.limit_remaining) for s in resp.statuses] == \
+        [(OK, None, 0), (OK, None, 0)]
+    assert resp.response_headers_to_add == []
+
+
+def test_unknown_domain_error_is_a_strict_option() -> None:
+    with pytest.raises(UnknownDomain, match="unknown domain 'nope'"):
+        InProcess('unknown_domain = "error"')(
+            RateLimitRequest(domain="nope", descriptors=[descriptor(("user", "u"))]))
+
+
+def test_a_descriptor_without_entries_is_ok_with_no_limit() -> None:
+    # envoyproxy/ratelimit: GetLimit on a descriptor with no entries is nil
+    # (test/config/config_test.go, TestBasicConfig: GetLimit("test-domain", {})).
+    resp = InProcess()(RateLimitRequest(domain="g", descriptors=[descriptor(),
+                                                                 descriptor(("user", "u"))]))
+    assert resp.overall_code == OK
+    assert resp.statuses[0].code == OK and resp.statuses[0].current_limit is None
+    assert resp.statuses[1].limit_remaining == 2
+
+
+def test_global_shadow_mode_answers_ok_and_keeps_each_descriptor_status() -> None:
+    # test/service/ratelimit_test.go, TestServiceGlobalShadowMode: overall OK, the
+    # descriptor over its limit still says OVER_LIMIT (remaining 0), the other OK.
+    call = InProcess("shadow_mode = true")
+    for _ in range(3):
+        assert one(call, ("user", "u")).overall_code == OK
+    resp = call(RateLimitRequest(domain="g", descriptors=[descriptor(("user", "u")),
+                                                          descriptor(("nothing", "x"))]))
+    assert resp.overall_code == OK
+    over, unmatched = resp.statuses
+    assert over.code == OVER and over.limit_remaining == 0 and over.current_limit is not None
+    assert unmatched.code == OK and unmatched.current_limit is None
+
+
+def test_a_shadow_rule_says_ok_and_an_enforced_one_still_rejects() -> None:
+    # test/service/ratelimit_test.go, TestMixedRuleShadowMode: the shadow-mode descriptor is
+    # OK, the enforced one over its limit makes the answer OVER_LIMIT.
+    call = InProcess()
+    for _ in range(3):
+        one(call, ("user", "u"))
+    one(call, ("trial", "t"))
+    resp = call(RateLimitRequest(domain="g", descriptors=[descriptor(("trial", "t")),
+                                                          descriptor(("user", "u"))]))
+    assert resp.overall_code == OVER
+    assert [s.code for s in resp.statuses] == [OK, OVER]
+
+
+def test_hits_addend_as_envoy_ratelimit_reads_it() -> None:
+    # src/utils/utilities.go, GetHitsAddends: a descriptor's hits_addend that is set, even to
+    # 0, is used as is (0: check, charge nothing); unset, the request's, where 0 means 1
+    # (test/redis/fixed_cache_impl_test.go, TestRedis: per-descriptor hits_addend 0).
+    call = InProcess()
+    r = call(RateLimitRequest(domain="g", descriptors=[descriptor(("user", "u"), hits=0)],
+                              hits_addend=2))
+    assert r.overall_code == OK and r.statuses[0].limit_remaining == 3  # nothing charged
+    assert one(call, ("user", "u")).statuses[0].limit_remaining == 2  # request 0: 1 hit
+    r = call(RateLimitRequest(domain="g", descriptors=[
+        descriptor(("user", "u"), hits=0), descriptor(("user", "v"))], hits_addend=2))
+    assert [s.limit_remaining for s in r.statuses] == [2, 1]  # unset: the request's 2
+    r = call(RateLimitRequest(domain="g", descriptors=[descriptor(("user", "u"), hits=2)]))
+    assert r.statuses[0].limit_remaining == 0
+    r = call(RateLimitRequest(domain="g", descriptors=[descriptor(("user", "u"), hits=0)]))
+    assert r.overall_code == OK and r.statuses[0].limit_remaining == 0  # full: still OK
+    assert one(call, ("user", "u")).overall_code == OVER

@@ -9,17 +9,22 @@ One check, step by step:
 
 1. Read the live `Policies` snapshot once (a reload swaps it atomically; a check in flight
    keeps the snapshot it started with).
-2. Match every descriptor to its rule (`Domain.match`); an unmatched descriptor is OK and
-   charges nothing, an ``unlimited`` one is OK without touching the store (both as
-   envoyproxy/ratelimit).
+2. Match every descriptor to its rule (`Domain.match`); an unmatched descriptor (one with no
+   entries too) is OK and charges nothing, an ``unlimited`` one is OK without touching the
+   store, and a domain the policies do not define matches nothing (all as
+   envoyproxy/ratelimit; ``[service] unknown_domain = "error"`` refuses it instead).
 3. For every limit of every matched rule, build a store check ``(limit, counter key, cost)``,
    cost = hits (the descriptor's, else the request's) x the rule's ``cost``. Checks of the same
-   limit and key (two descriptors sharing a budget) are merged by adding their costs.
+   limit and key (two descriptors sharing a budget) are merged by adding their costs. A
+   descriptor whose own hits are 0 only looks (Envoy's ``hits_addend: 0``).
 4. Decide all enforced checks in **one** store call, all-or-nothing: if any limit rejects,
    nothing is charged (unlike envoyproxy/ratelimit, whose fixed-window counters are bumped
    even for a rejected request). Shadow-mode checks are decided in a second call and can
-   never reject.
-5. Both calls are the decision core's plans (`ratekeeper.core.decide`, run with
+   never reject. Looks (cost 0, never charged) are a third call, made only when needed: for
+   the hits-0 descriptors, and, when the enforced call rejected, for the descriptors it would
+   have admitted, so that they report what they really have left (the store's answers for
+   them are "as if charged", and nothing was).
+5. These calls are the decision core's plans (`ratekeeper.core.decide`, run with
    `core.arun`): if the store fails (a `StoreError`), the core's failure policy decides, as
    for a `Limiter` with that policy (``open``, ``closed``, or ``local`` with the snapshot's
    ``fallback_share``), and the result says ``degraded``. Shadow-mode checks fail ``open``.
@@ -143,6 +148,15 @@ class DescriptorStatus(NamedTuple):
     def ok(self) -> bool:
         return self.outcome != "rejected"
 
+    @property
+    def over_limit(self) -> bool:
+        """Envoy's per-descriptor code: over its limit, unless its own rule is in shadow mode
+        (global or domain shadow mode answers OK overall but keeps each descriptor's code,
+        as envoyproxy/ratelimit's ``SHADOW_MODE``)."""
+        if self.outcome == "shadow_rejected":
+            return self.rule is not None and not self.rule.shadow_mode
+        return self.outcome == "rejected"
+
 
 class CheckResult(NamedTuple):
     """The answer to one check: overall verdict, the deciding decision, per-descriptor statuses.
@@ -160,6 +174,8 @@ class CheckResult(NamedTuple):
     degraded: bool = False
     legacy_headers: bool = False
     generation: int = 0
+    #: False when the domain is not in the policies (every descriptor is then unmatched).
+    known_domain: bool = True
 
     def headers(self) -> list[tuple[str, str]]:
         """The response fields the caller should send its client (via `ratekeeper.http`)."""
@@ -172,16 +188,17 @@ class CheckResult(NamedTuple):
                                  content_type=False)
 
 
-def check_hits(value: object, what: str) -> float:
-    """A request's hits (cost): a finite number above 0."""
+def check_hits(value: object, what: str, *, allow_zero: bool = False) -> float:
+    """A request's hits (cost): a finite number above 0 (or 0, where `allow_zero`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidRequest(f"{what} must be a number, got {_short(value)}")
     try:
         f = float(value)
     except OverflowError:
         f = math.inf
-    if not (f > 0 and f < math.inf):  # also NaN
-        raise InvalidRequest(f"{what} must be a finite number above 0, got {_short(value)}")
+    if not ((f > 0 or (allow_zero and f == 0)) and f < math.inf):  # also NaN
+        lowest = "0 or more" if allow_zero else "above 0"
+        raise InvalidRequest(f"{what} must be a finite number {lowest}, got {_short(value)}")
     return f
 
 
@@ -203,10 +220,10 @@ def check_text(s: str, what: str) -> None:
 def make_descriptor(entries: Sequence[tuple[object, object]], *, hits: object = None,
                     override: Override | None = None,
                     where: str = "descriptor") -> DescriptorRequest:
-    """Validate one descriptor's entries (and hits); raise `InvalidRequest` saying where."""
-    if not entries:
-        raise InvalidRequest(f"{where} has no entries; a descriptor needs at least one "
-                             "key/value entry")
+    """Validate one descriptor's entries (and hits); raise `InvalidRequest` saying where.
+
+    No entries is valid: such a descriptor matches no rule (as envoyproxy/ratelimit). Its own
+    `hits` may be 0: a check that charges nothing (Envoy's per-descriptor ``hits_addend``)."""
     if len(entries) > MAX_ENTRIES:
         raise InvalidRequest(f"{where} has {len(entries)} entries; at most {MAX_ENTRIES}")
     out: list[tuple[str, str]] = []
@@ -225,7 +242,7 @@ def make_descriptor(entries: Sequence[tuple[object, object]], *, hits: object = 
         check_text(k, f"{where}.entries[{j}].key")
         check_text(v, f"{where}.entries[{j}].value")
         out.append((k, v))
-    h = None if hits is None else check_hits(hits, f"{where} cost")
+    h = None if hits is None else check_hits(hits, f"{where} cost", allow_zero=True)
     return DescriptorRequest(tuple(out), h, override)
 
 
@@ -273,26 +290,46 @@ class Engine:
                     hits: float = 1.0) -> CheckResult:
         """Decide one request. Raises `UnknownDomain` / `InvalidRequest` on bad input."""
         snap = self._policies()
-        dom = snap.domains.get(domain)
-        if dom is None:
-            raise UnknownDomain(domain, list(snap.domains))
         if not descriptors:
+            # As envoyproxy/ratelimit ("rate limit descriptor list must not be empty").
             raise InvalidRequest("a check needs at least one descriptor")
         if len(descriptors) > MAX_DESCRIPTORS:
             raise InvalidRequest(f"{len(descriptors)} descriptors in one check; at most "
                                  f"{MAX_DESCRIPTORS}")
         settings = snap.settings
+        dom = snap.domains.get(domain)
+        if dom is None:
+            if settings.unknown_domain == "error":
+                raise UnknownDomain(domain, list(snap.domains))
+            # No rules, so nothing is limited (envoyproxy/ratelimit answers OK). No decision
+            # metric: its domain label would come from the request, unbounded.
+            return CheckResult(domain, True, None,
+                               tuple(DescriptorStatus("unmatched") for _ in descriptors), (),
+                               legacy_headers=settings.legacy_headers,
+                               generation=snap.generation, known_domain=False)
         global_shadow = settings.shadow_mode or dom.shadow_mode
-        plans: list[tuple[Rule | None, list[tuple[str, str]], bool]] = []
+        # Per descriptor: its rule, its checks' keys, shadow, look-only (hits 0).
+        plans: list[tuple[Rule | None, list[tuple[str, str]], bool, bool]] = []
         enforced: dict[tuple[str, str], Check] = {}
         shadow: dict[tuple[str, str], Check] = {}
+        looks: dict[tuple[str, str], Check] = {}  # cost 0: the same answer for any group
         for i, d in enumerate(descriptors):
             if d.override is not None and settings.allow_overrides:
                 rule: Rule | None = self._override_rule(dom.name, d)
             else:
                 rule = dom.match(d.entries)
+            look = d.hits == 0
             if rule is None or rule.unlimited or not rule.limits:
-                plans.append((rule, [], False))
+                plans.append((rule, [], False, look))
+                continue
+            is_shadow = global_shadow or rule.shadow_mode
+            if look:
+                looked: list[tuple[str, str]] = []
+                for pl in rule.limits:
+                    k = (pl.limit.name, counter_key(d.entries, pl.by))
+                    looks[k] = (pl.limit, k[1], 0.0)
+                    looked.append(k)
+                plans.append((rule, looked, is_shadow, True))
                 continue
             base = hits if d.hits is None else d.hits
             cost = base * rule.cost
@@ -300,7 +337,6 @@ class Engine:
                 raise InvalidRequest(
                     f"descriptor {i}: cost {cost:g} (hits {base:g} x rule cost {rule.cost:g}) "
                     f"is above the service's max_cost of {settings.max_cost:g}")
-            is_shadow = global_shadow or rule.shadow_mode
             group = shadow if is_shadow else enforced
             keys: list[tuple[str, str]] = []
             counter_keys: dict[tuple[str, ...] | None, str] = {}
@@ -317,7 +353,7 @@ class Engine:
                 slot = group.get(k)
                 group[k] = (lim, ck, c if slot is None else slot[2] + c)
                 keys.append(k)
-            plans.append((rule, keys, is_shadow))
+            plans.append((rule, keys, is_shadow, False))
 
         now = self.clock()
         results: dict[tuple[str, str], Decision] = {}
@@ -332,12 +368,35 @@ class Engine:
         if shadow:
             decisions, _ = await self._decide(list(shadow.values()), now, "open")
             shadow_results.update(zip(shadow.keys(), decisions, strict=True))
+        # The enforced call rejected: nothing was charged, so a descriptor it would have
+        # admitted gets a look at its counters instead of its "as if charged" answer.
+        relook: set[tuple[str, str]] = set()
+        if results and not all(d.allowed for d in results.values()):
+            for _, plan_keys, plan_shadow, plan_look in plans:
+                if plan_keys and not plan_shadow and not plan_look \
+                        and all(results[k].allowed for k in plan_keys):
+                    for k in plan_keys:
+                        if k not in looks:
+                            lim, ck, _ = enforced[k]
+                            looks[k] = (lim, ck, 0.0)
+                            relook.add(k)
+        look_results: dict[tuple[str, str], Decision] = {}
+        if looks:
+            decisions, look_degraded = await self._decide(
+                list(looks.values()), now, settings.failure, consume=False)
+            look_results.update(zip(looks.keys(), decisions, strict=True))
+            if look_degraded:  # a look the policy answered says nothing better: keep them
+                for k in relook:
+                    del look_results[k]
+                degraded = degraded or len(relook) < len(looks)
+            for k in relook & look_results.keys():
+                results[k] = look_results[k]
 
         statuses: list[DescriptorStatus] = []
         deciding: list[Decision] = []
         consulted: dict[str, Limit] = {}
         stats = self.stats
-        for rule, plan_keys, plan_shadow in plans:
+        for rule, plan_keys, plan_shadow, plan_look in plans:
             if rule is None:
                 statuses.append(DescriptorStatus("unmatched"))
                 stats.decision(domain, "", "", "unmatched")
@@ -346,13 +405,19 @@ class Engine:
                 statuses.append(DescriptorStatus("unlimited", rule))
                 stats.decision(domain, rule.name, "", "unlimited")
                 continue
+            if not rule.limits and plan_look:  # nothing asked of 0 allowed (as 0 > 0 is false
+                # in envoyproxy/ratelimit's check)
+                statuses.append(DescriptorStatus("allowed", rule, Decision(True, 0, 0.0, 0.0,
+                                                                           0.0, None)))
+                stats.decision(domain, rule.name, "", "allowed")
+                continue
             if not rule.limits:  # an Envoy override of 0 requests per unit: always over
                 never = Decision(False, 0, None, 0.0, 0.0, None)
                 statuses.append(DescriptorStatus("rejected", rule, never))
                 deciding.append(never)
                 stats.decision(domain, rule.name, "", "rejected")
                 continue
-            source = shadow_results if plan_shadow else results
+            source = look_results if plan_look else shadow_results if plan_shadow else results
             merged = merge_decisions([source[k] for k in plan_keys])
             limits = tuple(p.limit for p in rule.limits)
             outcome: Outcome
@@ -377,12 +442,12 @@ class Engine:
             generation=snap.generation,
         )
 
-    async def _decide(self, checks: list[Check], now: float,
-                      policy: FailurePolicy) -> tuple[list[Decision], bool]:
+    async def _decide(self, checks: list[Check], now: float, policy: FailurePolicy, *,
+                      consume: bool = True) -> tuple[list[Decision], bool]:
         """One store call, through the core; on a `StoreError`, `policy`'s decisions."""
         t0 = time.perf_counter()
         decisions, _ = await core.arun(core.decide(self.store, checks, now, self.failure,
-                                                   policy=policy))
+                                                   consume=consume, policy=policy))
         seconds = time.perf_counter() - t0
         if not decisions[0].degraded:  # the store answered (the policy marks all degraded)
             self.stats.store_call(seconds, None)

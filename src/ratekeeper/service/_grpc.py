@@ -6,17 +6,22 @@ rls.proto (``ratekeeper.service.proto``; see scripts/gen_protos.sh), so Envoy us
 ratekeeper unchanged:
 
 - request ``domain``, ``descriptors`` (entries, optional ``limit`` override, optional
-  per-descriptor ``hits_addend``) and ``hits_addend`` (0 means 1, as in Envoy);
+  per-descriptor ``hits_addend``) and ``hits_addend``, read as envoyproxy/ratelimit's
+  ``GetHitsAddends``: a descriptor's ``hits_addend`` that is set is used as it is, 0
+  included (check, charge nothing); unset, the request's, where 0 (the default) means 1;
 - response ``overall_code``, one ``DescriptorStatus`` per descriptor in request order
   (``code``, ``current_limit`` {requests_per_unit, unit, name}, ``limit_remaining``,
   ``duration_until_reset``), and ``response_headers_to_add``: the ``RateLimit-Policy`` /
   ``RateLimit`` fields (plus ``Retry-After`` on OVER_LIMIT) that Envoy adds to the response.
 
 Mirroring envoyproxy/ratelimit: an empty domain or an empty descriptor list is
-``INVALID_ARGUMENT``; a descriptor matching no rule is OK without ``current_limit``; an
-unlimited one is OK with ``limit_remaining`` = 2^32-1. Unlike it, an unknown domain is
-``INVALID_ARGUMENT`` too (with ``failure_mode_deny: false`` Envoy then lets the request
-through and counts ``ratelimit.error``; the mistake shows instead of silently allowing all).
+``INVALID_ARGUMENT``; an unknown domain, a descriptor with no entries or one matching no rule
+is OK without ``current_limit`` (``[service] unknown_domain = "error"`` refuses an unknown
+domain instead); an unlimited one is OK with ``limit_remaining`` = 2^32-1; an OVER_LIMIT
+status has ``limit_remaining`` 0; ``current_limit`` is the configured rate in its unit
+(``60/minute`` is 60 per MINUTE) and names the limit only when the policies name it;
+``duration_until_reset`` is whole seconds, rounded up (the Go service's ``unit - now % unit``
+on whole seconds); global shadow mode answers OK overall and keeps each descriptor's code.
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
+from .._rates import parse_rate
 from .._types import Limit
 from ._engine import (
     UNIT_SECONDS,
     CheckResult,
     DescriptorRequest,
+    DescriptorStatus,
     InvalidRequest,
     Override,
     UnknownDomain,
@@ -62,7 +69,11 @@ UINT32_MAX = 2**32 - 1
 _OK = rls_pb2.RateLimitResponse.OK
 _OVER_LIMIT = rls_pb2.RateLimitResponse.OVER_LIMIT
 _RL = rls_pb2.RateLimitResponse.RateLimit
-#: Seconds per response unit, smallest first (WEEK is left out: older Envoys do not know it).
+#: A configured period that is exactly one of Envoy's units is answered in that unit.
+_EXACT_UNITS: dict[float, int] = {
+    float(UNIT_SECONDS[name]): _RL.Unit.Value(name.upper()) for name in UNIT_SECONDS}
+#: Seconds per response unit, smallest first, for other periods (WEEK is left out there:
+#: Envoys before 1.28 do not know it, and no 3/2s-like rate needs it).
 _UNITS: tuple[tuple[int, int], ...] = (
     (1, _RL.SECOND), (60, _RL.MINUTE), (3600, _RL.HOUR), (86400, _RL.DAY),
     (30 * 86400, _RL.MONTH), (365 * 86400, _RL.YEAR),
@@ -112,8 +123,13 @@ def parse_request(req: rls_pb2.RateLimitRequest) -> tuple[str, list[DescriptorRe
 
 
 def _rate_unit(lim: Limit) -> tuple[int, int]:
-    """A limit's rate as Envoy's (requests_per_unit, unit): the smallest unit with a whole
-    number of requests (10/s -> 10 per SECOND, 3/2s -> 90 per MINUTE)."""
+    """A limit's rate as Envoy's (requests_per_unit, unit): the configured amount and unit
+    when the period is one of Envoy's (60/minute -> 60 per MINUTE, 1/week -> 1 per WEEK),
+    else the smallest unit with a whole number of requests (3/2s -> 90 per MINUTE)."""
+    rate = parse_rate(lim.rate)  # a Limit holds a parsed Rate: this returns it
+    unit = _EXACT_UNITS.get(float(rate.period))
+    if unit is not None and float(rate.amount).is_integer():
+        return min(int(rate.amount), UINT32_MAX), unit
     per = lim.per_second
     for seconds, unit in _UNITS:
         n = per * seconds
@@ -128,7 +144,8 @@ def response_for(result: CheckResult) -> rls_pb2.RateLimitResponse:
     resp = rls_pb2.RateLimitResponse(overall_code=_OK if result.allowed else _OVER_LIMIT)
     for s in result.statuses:
         st = resp.statuses.add()
-        st.code = _OK if s.ok else _OVER_LIMIT
+        over = s.over_limit
+        st.code = _OVER_LIMIT if over else _OK
         if s.outcome == "unlimited":
             st.limit_remaining = UINT32_MAX
         d = s.decision
@@ -139,17 +156,29 @@ def response_for(result: CheckResult) -> rls_pb2.RateLimitResponse:
             rpu, unit = _rate_unit(lim)
             st.current_limit.requests_per_unit = rpu
             st.current_limit.unit = unit
-            st.current_limit.name = lim.name
-        st.limit_remaining = min(max(int(d.remaining), 0), UINT32_MAX)
+            label = _label(s, lim)
+            if label:
+                st.current_limit.name = label
+        # Over the limit (shadow mode's too) is 0 left, as envoyproxy/ratelimit, even when
+        # some capacity is left that this request's cost did not fit in.
+        if not over and s.outcome != "shadow_rejected":
+            st.limit_remaining = min(max(int(d.remaining), 0), UINT32_MAX)
         reset = d.reset_after if math.isfinite(d.reset_after) else 10.0**9
-        secs = max(0.0, reset)
-        whole = int(secs)
-        nanos = min(round((secs - whole) * 1e9), 999_999_999)
-        st.duration_until_reset.seconds = whole
-        st.duration_until_reset.nanos = nanos
+        # Whole seconds, rounded up (a window ending in 29.75 s says 30, as the Go service's
+        # whole-second arithmetic); the tolerance absorbs float noise (3600.0000000001).
+        st.duration_until_reset.seconds = max(0, math.ceil(reset - 1e-6))
     for name, value in result.headers():
         resp.response_headers_to_add.add(key=name, value=value)
     return resp
+
+
+def _label(s: DescriptorStatus, lim: Limit) -> str:
+    """The name the policies gave `lim` ("" if none): Envoy's ``current_limit.name``."""
+    if s.rule is not None:
+        for p in s.rule.limits:
+            if p.limit is lim:
+                return p.label
+    return ""
 
 
 class RateLimitServicer:
@@ -168,7 +197,7 @@ class RateLimitServicer:
                 raise InvalidRequest(f"not a RateLimitRequest: {request.error}")
             domain, descriptors, hits = parse_request(request)
             res = await self.service.engine.check(domain, descriptors, hits)
-            result = "ok"
+            result = "ok" if res.known_domain else "unknown_domain"
             return response_for(res)
         except UnknownDomain as e:
             result = "unknown_domain"

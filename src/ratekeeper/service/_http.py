@@ -5,10 +5,12 @@ Routes:
 - ``POST /v1/check``: ``{"domain": "api", "descriptors": [...], "cost": 1}`` or
   ``{"domain": "login", "key": "alice"}`` -> ``200`` with the decision, the statuses and the
   headers the caller should send its own client. A rejection is still a ``200``: the check
-  worked, and its answer is ``"allowed": false``. Bad input is a ``4xx`` with an RFC 9457
+  worked, and its answer is ``"allowed": false``. A domain the policies do not define is
+  ``200``, allowed, every descriptor unmatched (as envoyproxy/ratelimit; ``[service]
+  unknown_domain = "error"`` makes it ``404``). Bad input is a ``4xx`` with an RFC 9457
   ``application/problem+json`` body saying what is wrong: ``400`` malformed or invalid,
-  ``404`` unknown domain, ``413`` body over the limit. The body must be JSON whatever its
-  Content-Type says (so ``curl -d '{...}'`` works).
+  ``404`` unknown domain (strict mode), ``413`` body over the limit. The body must be JSON
+  whatever its Content-Type says (so ``curl -d '{...}'`` works).
 - ``GET /v1/policies``: the live policies, documented (every domain, rule and limit).
 - ``GET /healthz``: 200 while the process serves (503 once it is shutting down).
 - ``GET /readyz``: 200 when the store answers and the service is not shutting down.
@@ -17,7 +19,7 @@ Routes:
 Descriptor forms accepted in ``descriptors`` (mix freely):
 
 - Envoy's: ``{"entries": [{"key": "user", "value": "alice"}], "cost": 2}`` (``hits_addend``
-  is accepted for ``cost``);
+  is accepted for ``cost``; a descriptor's own cost of 0 checks without charging);
 - short: ``{"user": "alice", "op": "export"}``: every member is an entry, in order.
 
 ``"key": K`` is shorthand for ``"descriptors": [{"key": K}]``, a one-entry descriptor whose
@@ -158,7 +160,7 @@ def _decision(d: Decision | None) -> dict[str, Any] | None:
 
 def _status_json(s: DescriptorStatus) -> dict[str, Any]:
     return {
-        "code": "OK" if s.ok else "OVER_LIMIT",
+        "code": "OVER_LIMIT" if s.over_limit else "OK",
         "outcome": s.outcome,
         "rule": None if s.rule is None else s.rule.name,
         "limits": [lim.name for lim in s.limits],
@@ -214,7 +216,7 @@ def create_app(service: Service) -> Starlette:
             body = await _read_body(request, service.max_body)
             domain, descriptors, cost = parse_check(body)
             res = await engine.check(domain, descriptors, cost)
-            result = "ok"
+            result = "ok" if res.known_domain else "unknown_domain"
             return JSONResponse(result_json(res))
         except _BodyTooLarge as e:
             result = "too_large"

@@ -104,7 +104,7 @@ def parse_policies(data: Mapping[str, Any], *, source: str = "<policies>",
 
 _TOP_KEYS = ("version", "service", "domains")
 _SERVICE_KEYS = ("failure", "fallback_share", "shadow_mode", "legacy_headers", "max_cost",
-                 "allow_overrides")
+                 "allow_overrides", "unknown_domain")
 _DOMAIN_KEYS = ("description", "shadow_mode", "limits", "descriptors")
 _DESCRIPTOR_KEYS = ("key", "value", "name", "description", "limits", "unlimited",
                     "shadow_mode", "cost", "descriptors")
@@ -237,6 +237,12 @@ class _Builder:
         max_cost = DEFAULT_MAX_COST
         if "max_cost" in tbl:
             max_cost = self._positive("service.max_cost", tbl["max_cost"], "max_cost") or max_cost
+        unknown_domain = tbl.get("unknown_domain", "ok")
+        if unknown_domain not in ("ok", "error"):
+            self.err("service.unknown_domain",
+                     f"must be 'ok' (answer OK with no limit, as envoyproxy/ratelimit) or "
+                     f"'error' (refuse the check), got {unknown_domain!r}")
+            unknown_domain = "ok"
         return Settings(
             failure=cast(FailurePolicy, failure),
             fallback_share=share,
@@ -244,6 +250,7 @@ class _Builder:
             legacy_headers=self._bool("service", tbl, "legacy_headers"),
             max_cost=max_cost,
             allow_overrides=self._bool("service", tbl, "allow_overrides", True),
+            unknown_domain=unknown_domain,
         )
 
     # a domain --------------------------------------------------------------------------
@@ -270,7 +277,7 @@ class _Builder:
                 pl = None
                 if ltbl is not None:
                     self._unknown(lloc, ltbl, _LIMIT_KEYS)
-                    pl = self._limit(lloc, ltbl, f"{name}.{lname}", ctx)
+                    pl = self._limit(lloc, ltbl, f"{name}.{lname}", ctx, label=lname)
                 if pl is None:
                     ctx.broken.add(lname)  # reported here; rules listing it say nothing more
                 else:
@@ -459,7 +466,8 @@ class _Builder:
                 else:
                     algo = item.get("algorithm", DEFAULT_ALGORITHM)
                     state = f"{ctx.name}.{rname}#{algo}-{_rate_text(item.get('rate'))}"
-                maybe = self._limit(iloc, item, state, ctx, register=rname is not None)
+                maybe = self._limit(iloc, item, state, ctx, register=rname is not None,
+                                    label=lname or "")
                 if maybe is None:
                     continue
                 pl = maybe
@@ -480,7 +488,8 @@ class _Builder:
         return tuple(out)
 
     def _limit(self, loc: str, tbl: Mapping[str, Any], state: str,
-               ctx: _DomainCtx, *, register: bool = True) -> PolicyLimit | None:
+               ctx: _DomainCtx, *, register: bool = True,
+               label: str = "") -> PolicyLimit | None:
         ok = True
         algorithm = tbl.get("algorithm", DEFAULT_ALGORITHM)
         if algorithm not in ALGORITHMS:
@@ -540,7 +549,7 @@ class _Builder:
         except TypeError as e:  # e.g. a table where a number belongs
             self.err(loc, f"invalid limit parameters: {e}")
             return None
-        pl = PolicyLimit(lim, by, description)
+        pl = PolicyLimit(lim, by, description, label)
         if not register:
             return pl
         prev = ctx.states.get(state)

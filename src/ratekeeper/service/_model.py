@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from .._errors import ConfigError
 from .._types import Limit
@@ -93,6 +93,9 @@ class Settings:
       request is refused as invalid (HTTP 400, gRPC ``INVALID_ARGUMENT``).
     - `allow_overrides`: honour the ``limit`` override Envoy may put in a descriptor (a fixed
       window of ``requests_per_unit`` per ``unit``), as envoyproxy/ratelimit does.
+    - `unknown_domain`: ``"ok"`` answers a check on a domain the policies do not define as
+      one matching no rule (OK, nothing limited), as envoyproxy/ratelimit; ``"error"``
+      refuses it (HTTP 404, gRPC ``INVALID_ARGUMENT``), so that a misspelt domain shows.
     """
 
     failure: FailurePolicy = "open"
@@ -101,6 +104,7 @@ class Settings:
     legacy_headers: bool = False
     max_cost: float = DEFAULT_MAX_COST
     allow_overrides: bool = True
+    unknown_domain: Literal["ok", "error"] = "ok"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +113,15 @@ class PolicyLimit:
 
     ``by=None``: every entry of the matched descriptor (one counter per distinct descriptor);
     ``by=()``: a single counter (``scope = "global"``); otherwise the entries with these keys.
+    `label` is the name the configuration gave the limit (a TOML named limit or ``name``,
+    envoyproxy/ratelimit's ``rate_limit.name``), "" when it gave none: what Envoy's
+    ``current_limit.name`` reports.
     """
 
     limit: Limit
     by: tuple[str, ...] | None = None
     description: str = ""
+    label: str = ""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -234,6 +242,7 @@ class Policies:
                 "legacy_headers": self.settings.legacy_headers,
                 "max_cost": _num(self.settings.max_cost),
                 "allow_overrides": self.settings.allow_overrides,
+                "unknown_domain": self.settings.unknown_domain,
             },
             "domains": {
                 name: {
