@@ -118,15 +118,7 @@ def test_generic_key_action_makes_the_first_entry_of_the_descriptor(
 #: (x-unit, the limit, the window in seconds) of policies.toml's /xrl rules.
 UNITS = [("second", 10, 1), ("minute", 60, 60), ("hour", 100, 3600), ("day", 1000, 86400)]
 
-CURRENT_LIMIT_FIX = pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 (semantics): current_limit must be in the configured unit, named only "
-           "when the config names the limit, duration_until_reset rounded as the Go service "
-           "does; until that fix lands the service sends 60/minute as 1 per SECOND with an "
-           "implicit name")
 
-
-@CURRENT_LIMIT_FIX
 @pytest.mark.parametrize(("unit", "limit", "window"), UNITS)
 def test_x_ratelimit_headers_give_the_configured_limit_window_and_reset(
         envoy: EnvoyProcess, uid: str, unit: str, limit: int, window: int) -> None:
@@ -141,7 +133,6 @@ def test_x_ratelimit_headers_give_the_configured_limit_window_and_reset(
     assert 1 <= int(r.headers["x-ratelimit-reset"]) <= window
 
 
-@CURRENT_LIMIT_FIX
 def test_x_ratelimit_limit_names_a_limit_the_config_names(envoy: EnvoyProcess, uid: str) -> None:
     r = get(envoy, "/xrl", "xrl", **{"x-unit": "named", "x-user": uid})
     assert r.status_code == 200
