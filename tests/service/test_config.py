@@ -233,3 +233,49 @@ limits = ["per-user", { rate = "5/s" }, "per-typo"]
     ]
     typo = info.value.issues[-1].message
     assert "no limit named 'per-typo'" in typo and "per-user" in typo
+
+
+# -- wildcards ---------------------------------------------------------------------------------
+
+WILDCARDS = """
+[[domains.d.descriptors]]
+key = "path"
+value = "/api*v1"
+limits = [{ rate = "1/s" }]
+
+[[domains.d.descriptors]]
+key = "path"
+value = "foo*bar*baz"
+limits = [{ rate = "2/s" }]
+
+[[domains.d.descriptors]]
+key = "path"
+value = "/api*"
+limits = [{ rate = "3/s" }]
+"""
+
+
+@pytest.mark.parametrize(("value", "rule"), [
+    # As envoyproxy/ratelimit's config_test.go TestWildcardConfig (midWild, multiWild): each
+    # * matches any run of characters, the empty one included.
+    ("/api/users/v1", "path=/api*v1"),
+    ("/apiv1", "path=/api*v1"),
+    ("/api/v2", "path=/api*"),            # the most literal characters first, then /api*
+    ("foo1bar2baz", "path=foo*bar*baz"),
+    ("foobarbaz", "path=foo*bar*baz"),
+    ("foo1baz", None),                    # a middle part missing
+    ("xfoobarbaz", None),
+    ("foo*bar*baz", "path=foo*bar*baz"),  # the pattern itself is a value it matches
+])
+def test_toml_wildcards_match_anywhere_in_the_value(value: str, rule: str | None) -> None:
+    found = parse_policies_text(WILDCARDS).domains["d"].match([("path", value)])
+    assert (found.name if found is not None else None) == rule
+
+
+def test_a_wildcard_key_is_refused_with_its_location() -> None:
+    with pytest.raises(PolicyError) as info:
+        parse_policies_text('[[domains.d.descriptors]]\nkey = "user*"\n'
+                            'limits = [{ rate = "1/s" }]\n')
+    (issue,) = info.value.issues
+    assert issue.location == "domains.d.descriptors[0].key"
+    assert "only a value can be a wildcard pattern" in issue.message

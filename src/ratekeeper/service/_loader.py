@@ -2,8 +2,10 @@
 
 `load_policies` reads a file and returns `Policies` or raises `PolicyError` listing *every*
 problem with its location (the table path, e.g. ``domains.api.descriptors[1].limits[0].rate``),
-which is what ``ratekeeper check-config`` prints. Nothing here does network I/O; the only
-clock read is the wall-clock ``loaded_at`` stamp (a `PolicyHolder` stamps with its own clock).
+which is what ``ratekeeper check-config`` prints. A directory, or a ``.yaml``/``.yml`` file,
+is envoyproxy/ratelimit's YAML format instead, read by `_envoy_config` into the same
+snapshot. Nothing here does network I/O; the only clock read is the wall-clock ``loaded_at``
+stamp (a `PolicyHolder` stamps with its own clock).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ._model import (
     PolicyLimit,
     Rule,
     Settings,
+    make_level,
 )
 
 if sys.version_info >= (3, 11):
@@ -58,9 +61,25 @@ def _name_part(s: str) -> str:
     return quote(s, safe=_NAME_SAFE)
 
 
-def load_policies(path: str | Path) -> Policies:
-    """Read and validate a policies file; raise `PolicyError` listing every problem."""
+def is_envoy_config(path: str | Path) -> bool:
+    """Whether `path` is in envoyproxy/ratelimit's YAML format: a directory of YAML files
+    (its runtime ``config/`` directory) or a ``.yaml``/``.yml`` file; else it is TOML."""
     p = Path(path)
+    return p.is_dir() or p.suffix.lower() in (".yaml", ".yml")
+
+
+def load_policies(path: str | Path) -> Policies:
+    """Read and validate a policies file (TOML), or envoyproxy/ratelimit's YAML (a directory
+    or a ``.yaml`` file, see `is_envoy_config`); raise `PolicyError` listing every problem."""
+    p = Path(path)
+    if is_envoy_config(p):
+        try:
+            from ._envoy_config import load_envoy_config  # noqa: PLC0415 (needs PyYAML)
+        except ImportError as e:
+            raise PolicyError([ConfigIssue("", f"reading envoyproxy/ratelimit's YAML needs "
+                                               f"PyYAML: pip install 'ratekeeper[service]' "
+                                               f"({e})")], str(p)) from None
+        return load_envoy_config(p)
     try:
         raw = p.read_bytes()
     except OSError as e:
@@ -304,9 +323,6 @@ class _Builder:
             self.err(loc, "is empty: give at least one descriptor")
             return None
         nodes: list[Node] = []
-        exact: dict[tuple[str, str], Node] = {}
-        prefixes: dict[str, list[tuple[str, Node]]] = {}
-        default: dict[str, Node] = {}
         seen: dict[tuple[str, str | None], str] = {}
         for i, d in enumerate(raw):
             dloc = f"{loc}[{i}]"
@@ -321,22 +337,10 @@ class _Builder:
                     continue
                 seen[ident] = dloc
             node = self._descriptor(dloc, d, path, ctx)
-            if node is None:
-                continue
-            nodes.append(node)
-            if node.value is None:
-                default[node.key] = node
-            elif node.value.endswith("*"):
-                prefixes.setdefault(node.key, []).append((node.value[:-1], node))
-            else:
-                exact[(node.key, node.value)] = node
-        return Level(
-            tuple(nodes),
-            MappingProxyType(exact),
-            MappingProxyType({k: tuple(sorted(v, key=lambda p: -len(p[0])))
-                              for k, v in prefixes.items()}),
-            MappingProxyType(default),
-        )
+            if node is not None:
+                nodes.append(node)
+        # The most literal characters first: ``admin-*`` before ``adm*`` (ties: file order).
+        return make_level(nodes, lambda parts: -sum(map(len, parts)))
 
     def _descriptor(self, loc: str, d: Mapping[str, Any],
                     parent: tuple[tuple[str, str | None], ...], ctx: _DomainCtx) -> Node | None:
@@ -345,6 +349,10 @@ class _Builder:
         value = self._str(loc, d, "value")
         if key is not None and not key:
             self.err(_join(loc, "key"), "must not be empty")
+            key = None
+        elif key is not None and "*" in key:
+            self.err(_join(loc, "key"), f"key {key!r} contains '*': only a value can be a "
+                                        "wildcard pattern")
             key = None
         if value is not None and not value:
             self.err(_join(loc, "value"), "must not be empty; leave `value` out to match "

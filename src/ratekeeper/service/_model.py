@@ -8,22 +8,27 @@ The model is envoyproxy/ratelimit's, generalised to every ratekeeper algorithm:
 - the policies hold a tree of **descriptor rules** per domain. A request descriptor matches the
   rule reached by walking its entries one level at a time (`Domain.match`): at each level the
   entry's key and value are looked up *exactly* first, then against *wildcard* values
-  (``value = "admin-*"``, a prefix match; the longest prefix wins), then against the key's
-  *default* rule (a rule with no ``value`` matches every value). There is no backtracking,
-  and a descriptor with more entries than the rules are deep matches nothing -- both exactly
-  as envoyproxy/ratelimit;
+  (``value = "admin-*"``, ``"/api*v1"``, ``"foo*bar*baz"``: each ``*`` matches any run of
+  characters, the empty one included, as envoyproxy/ratelimit's ``wildcardMatch``; the
+  loader orders a level's patterns, see `Level`), then against the key's *default* rule (a
+  rule with no ``value`` matches every value). There is no backtracking, and a descriptor
+  with more entries than the rules are deep matches nothing -- both exactly as
+  envoyproxy/ratelimit;
 - a matched rule applies one or more **limits** (any algorithm; all are decided together,
   all-or-nothing), or is ``unlimited``, and may be in ``shadow_mode`` (decided and counted,
-  but always answered OK) and charge a ``cost`` per hit.
+  but always answered OK) and charge a ``cost`` per hit;
+- a matched rule may **replace** others (envoyproxy/ratelimit's ``replaces``): when both
+  match descriptors of one request, the replaced rule is not applied (`drop_replaced`).
 
-`_loader` builds these values from a TOML file (with located errors), `_keys` names a
-limit's counters. Nothing here does I/O.
+`_loader` builds these values from a TOML file, `_envoy_config` from envoyproxy/ratelimit's
+YAML files (both with located errors), `_keys` names a limit's counters. Nothing here does
+I/O.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -45,7 +50,10 @@ __all__ = [
     "Rule",
     "Settings",
     "describe_limit",
+    "drop_replaced",
     "iter_rules",
+    "make_level",
+    "wildcard_match",
 ]
 
 #: The failure policies a service may use: the core's `FailurePolicy` but ``"raise"`` (a
@@ -69,13 +77,22 @@ class PolicyError(ConfigError):
 
 @dataclass(frozen=True, slots=True)
 class ConfigIssue:
-    """One problem in a policies file: where (a TOML table path) and what."""
+    """One problem in a policies file: where (a key path) and what.
+
+    `line` is the 1-based line the problem is on, when the parser tells (YAML does, TOML's
+    parser does not); `file` the file it is in, when a directory of files was loaded.
+    """
 
     location: str
     message: str
+    line: int | None = None
+    file: str = ""
 
     def __str__(self) -> str:
-        return f"{self.location}: {self.message}" if self.location else self.message
+        where = self.location
+        if self.line is not None:
+            where = f"line {self.line}" + (f", {where}" if where else "")
+        return f"{where}: {self.message}" if where else self.message
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +132,7 @@ class PolicyLimit:
     ``by=()``: a single counter (``scope = "global"``); otherwise the entries with these keys.
     `label` is the name the configuration gave the limit (a TOML named limit or ``name``,
     envoyproxy/ratelimit's ``rate_limit.name``), "" when it gave none: what Envoy's
-    ``current_limit.name`` reports.
+    ``current_limit.name`` reports and what ``replaces`` refers to.
     """
 
     limit: Limit
@@ -137,6 +154,14 @@ class Rule:
     cost: float = 1.0
     description: str = ""
     location: str = ""
+    #: The name the configuration gave the rule's limit (YAML ``rate_limit.name``; ``""``:
+    #: none), which other rules' `replaces` refer to.
+    label: str = ""
+    #: The labels of the rules this one replaces when both match one request (``replaces``).
+    replaces: tuple[str, ...] = ()
+    #: envoyproxy/ratelimit's ``detailed_metric`` (kept for describe(); ratekeeper's metrics
+    #: stay one series per rule, so that no label value comes from a request).
+    detailed_metric: bool = False
 
     def __repr__(self) -> str:
         what = "unlimited" if self.unlimited else ", ".join(p.limit.name for p in self.limits)
@@ -153,31 +178,82 @@ class Node:
     children: Level
 
 
+def wildcard_match(parts: Sequence[str], value: str) -> bool:
+    """Whether `value` matches a wildcard pattern split on ``*`` (``"a*b*c"`` -> a, b, c).
+
+    Each ``*`` matches any run of characters, the empty one included: the value starts with
+    the first part, ends with the last, and holds the middle ones in order between them, as
+    envoyproxy/ratelimit's ``wildcardMatch`` (``src/config/config_impl.go``).
+    """
+    if len(parts) == 1:
+        return parts[0] == value
+    first, last = parts[0], parts[-1]
+    if len(value) < sum(map(len, parts)) or not value.startswith(first) \
+            or not value.endswith(last):
+        return False
+    pos, end = len(first), len(value) - len(last)
+    for part in parts[1:-1]:
+        i = value.find(part, pos, end)
+        if i < 0:
+            return False
+        pos = i + len(part)
+    return True
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Level:
-    """The rules at one depth: exact values, wildcard prefixes, defaults (no value)."""
+    """The rules at one depth: exact values, wildcard patterns, defaults (no value).
+
+    `patterns` holds, per key, the wildcard values split on ``*`` and tried in order: the
+    first that matches wins. The YAML loader keeps file order (as envoyproxy/ratelimit); the
+    TOML loader puts the most literal characters first (so ``admin-*`` wins over ``adm*``),
+    ties in file order.
+    """
 
     nodes: tuple[Node, ...] = ()  # in file order, for documentation
     exact: Mapping[tuple[str, str], Node] = field(default_factory=lambda: MappingProxyType({}))
-    prefixes: Mapping[str, tuple[tuple[str, Node], ...]] = field(
+    patterns: Mapping[str, tuple[tuple[tuple[str, ...], Node], ...]] = field(
         default_factory=lambda: MappingProxyType({})
     )
     default: Mapping[str, Node] = field(default_factory=lambda: MappingProxyType({}))
 
     def find(self, key: str, value: str) -> Node | None:
-        """The node for one entry: exact value, else longest wildcard prefix, else default."""
+        """The node for one entry: exact value, else the first matching wildcard, else
+        default."""
         node = self.exact.get((key, value))
         if node is not None:
             return node
-        pre = self.prefixes.get(key)
-        if pre is not None:
-            for prefix, n in pre:
-                if value.startswith(prefix):
+        pats = self.patterns.get(key)
+        if pats is not None:
+            for parts, n in pats:
+                if wildcard_match(parts, value):
                     return n
         return self.default.get(key)
 
 
 _EMPTY_LEVEL = Level()
+
+
+def make_level(nodes: Sequence[Node],
+               order: Callable[[tuple[str, ...]], int] | None = None) -> Level:
+    """A `Level` of `nodes` (file order): a value with a ``*`` is a wildcard pattern, tried
+    in file order, or sorted by `order` of its parts (stable: ties keep file order)."""
+    exact: dict[tuple[str, str], Node] = {}
+    patterns: dict[str, list[tuple[tuple[str, ...], Node]]] = {}
+    default: dict[str, Node] = {}
+    for node in nodes:
+        if node.value is None:
+            default[node.key] = node
+        elif "*" in node.value:
+            patterns.setdefault(node.key, []).append((tuple(node.value.split("*")), node))
+        else:
+            exact[(node.key, node.value)] = node
+    if order is not None:
+        key = order
+        patterns = {k: sorted(v, key=lambda p: key(p[0])) for k, v in patterns.items()}
+    return Level(tuple(nodes), MappingProxyType(exact),
+                 MappingProxyType({k: tuple(v) for k, v in patterns.items()}),
+                 MappingProxyType(default))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -276,6 +352,8 @@ def describe_limit(p: PolicyLimit) -> dict[str, Any]:
                       else "by " + ", ".join(p.by))
     if p.description:
         out["description"] = p.description
+    if p.label:
+        out["label"] = p.label
     return out
 
 
@@ -296,6 +374,10 @@ def _describe_node(n: Node) -> dict[str, Any]:
             out["shadow_mode"] = True
         if r.cost != 1:
             out["cost"] = _num(r.cost)
+        if r.replaces:
+            out["replaces"] = list(r.replaces)
+        if r.detailed_metric:
+            out["detailed_metric"] = True
     if n.children.nodes:
         out["descriptors"] = [_describe_node(c) for c in n.children.nodes]
     return out
@@ -309,6 +391,20 @@ def _iso(t: float) -> str | None:
     if not t:
         return None
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def drop_replaced(rules: Sequence[Rule | None]) -> list[Rule | None]:
+    """The rules a request's descriptors matched, with the replaced ones set to None.
+
+    envoyproxy/ratelimit (``constructLimitsToCheck`` in ``src/service/ratelimit.go``): every
+    matched rule's ``replaces`` (unlimited ones' too) are collected first, then each matched
+    rule with a limit labelled so is not applied -- its descriptor is answered as one that
+    matched nothing. Rules that replace nothing cost one scan.
+    """
+    replacing = {name for r in rules if r is not None for name in r.replaces}
+    if not replacing:
+        return list(rules)
+    return [None if r is not None and r.label and r.label in replacing else r for r in rules]
 
 
 def iter_rules(policies: Policies) -> Iterator[Rule]:
