@@ -54,7 +54,7 @@ from ..core import FailurePolicy, merge_decisions
 from ..http.headers import ratelimit_headers, rejection_headers
 from ..stores._base import AsyncStore, Check
 from ._keys import counter_key
-from ._model import Policies, PolicyLimit, Rule
+from ._model import Policies, PolicyLimit, Rule, drop_replaced
 from ._stats import NullStats, Stats
 
 __all__ = [
@@ -313,11 +313,12 @@ class Engine:
         enforced: dict[tuple[str, str], Check] = {}
         shadow: dict[tuple[str, str], Check] = {}
         looks: dict[tuple[str, str], Check] = {}  # cost 0: the same answer for any group
+        # Rules first, for envoyproxy/ratelimit's `replaces` (it needs every match).
+        matched = drop_replaced([
+            self._override_rule(dom.name, d) if d.override is not None
+            and settings.allow_overrides else dom.match(d.entries) for d in descriptors])
         for i, d in enumerate(descriptors):
-            if d.override is not None and settings.allow_overrides:
-                rule: Rule | None = self._override_rule(dom.name, d)
-            else:
-                rule = dom.match(d.entries)
+            rule = matched[i]
             look = d.hits == 0
             if rule is None or rule.unlimited or not rule.limits:
                 plans.append((rule, [], False, look))
