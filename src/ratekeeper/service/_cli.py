@@ -5,11 +5,12 @@
                      [--max-body BYTES] [--grace SECONDS] [--require-store]
                      [--key-prefix P] [--max-keys N] [--store-timeout SECONDS]
                      [--log-format json|text] [--log-level LEVEL] [--access-log]
-    ratekeeper check-config FILE [FILE ...] [--quiet] [--json]
+    ratekeeper check-config FILE_OR_DIR [...] [--quiet] [--json]
 
 This module imports nothing heavy: `serve` imports uvicorn, grpcio and Starlette only when it
 runs, and says which extra to install when they are missing; `check-config` needs only the
-standard library (plus tomli on Python 3.10).
+standard library for TOML (plus tomli on Python 3.10), and PyYAML for envoyproxy/ratelimit's
+YAML.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 from pathlib import Path
 
 from ._loader import check_file
+from ._model import ConfigIssue
 
 __all__ = ["add_check", "add_serve", "run_check", "run_serve"]
 
@@ -62,7 +64,9 @@ def add_serve(p: argparse.ArgumentParser) -> None:
     p.description = _SERVE_HELP
     src = p.add_mutually_exclusive_group()
     src.add_argument("--config", "-c", type=Path, default=None,
-                     help="policies file (TOML); default: the bundled example policies")
+                     help="policies: a TOML file, or envoyproxy/ratelimit's YAML (a .yaml file "
+                          "or its runtime config/ directory of them); default: the bundled "
+                          "example policies")
     src.add_argument("--example", action="store_true",
                      help="serve the bundled example policies (examples/policies.toml)")
     p.add_argument("--store", default=None,
@@ -138,12 +142,24 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def add_check(p: argparse.ArgumentParser) -> None:
-    p.description = ("Validate policies files: print every error with its location (the TOML "
-                     "table path) and exit 1 if there is any.")
-    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    p.description = ("Validate policies files: ratekeeper's TOML, or envoyproxy/ratelimit's "
+                     "YAML (a .yaml/.yml file or a directory of them). Print every error with "
+                     "its location (file, line where the parser gives it, key path) and exit "
+                     "1 if there is any.")
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE_OR_DIR")
     p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
     p.add_argument("--json", action="store_true",
                    help="print the policies as GET /v1/policies documents them (valid files)")
+
+
+def _located(path: Path, issue: ConfigIssue) -> str:
+    """``file:line: key path: message`` (the compiler form editors jump to); ``file: key path:
+    message`` when the parser gives no line (TOML)."""
+    where = issue.file or str(path)
+    if issue.line is not None:
+        where += f":{issue.line}"
+    rest = f"{issue.location}: {issue.message}" if issue.location else issue.message
+    return f"{where}: {rest}"
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -153,7 +169,7 @@ def run_check(args: argparse.Namespace) -> int:
         if issues:
             failed += 1
             for issue in issues:
-                print(f"{path}: {issue}")
+                print(_located(path, issue))
             n = len(issues)
             print(f"{path}: {n} error{'s' if n != 1 else ''}", file=sys.stderr)
         elif policies is not None:
