@@ -420,3 +420,36 @@ def test_check_config_validates_yaml_files_and_directories(
     assert capsys.readouterr().out == (f"{runtime}: OK (3 domains, 11 rules, 11 limits)\n"
                                        f"{UP / 'wildcard.yaml'}: OK (1 domain, 6 rules, "
                                        "6 limits)\n")
+
+
+# -- serving an existing envoyproxy/ratelimit directory ------------------------------------
+
+def test_serve_takes_an_existing_runtime_directory_and_reloads_it(tmp_path: Path) -> None:
+    import shutil  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
+
+    from tests.service._proc import ServiceProcess  # noqa: PLC0415
+
+    config = tmp_path / "config"
+    shutil.copytree(HERE / "runtime" / "config", config)
+
+    def one_per_minute(svc: ServiceProcess, who: str) -> bool:
+        r = httpx.post(f"{svc.http}/v1/check", timeout=10, json={
+            "domain": "basic", "descriptors": [{"one_per_minute": who}]})
+        assert r.status_code == 200, r.text
+        out: bool = r.json()["allowed"]
+        return out
+
+    with ServiceProcess(config, tmp_path / "log") as svc:
+        assert one_per_minute(svc, "a") and not one_per_minute(svc, "a")
+        # A file edited in place and SIGHUP: the directory is read again.
+        path = config / "basic.yaml"
+        path.write_text(path.read_text().replace("requests_per_unit: 1\n",
+                                                 "requests_per_unit: 3\n"))
+        n = len(svc.records())
+        svc.send(signal.SIGHUP)
+        svc.wait_for(lambda r: r.get("event") == "reloaded", after=n)
+        assert one_per_minute(svc, "a") and one_per_minute(svc, "a")
+        assert not one_per_minute(svc, "a")
