@@ -9,7 +9,8 @@ The decision service joins as two surfaces: its HTTP JSON API (the Starlette app
 process) and Envoy's gRPC protocol (a real grpc.aio server on loopback, called through a
 channel). The service keys a counter by its descriptor (``client=alice``), so it gets a
 store of its own in the taking-turns test; gRPC carries only the verdict and the remaining
-quota, so that surface is compared on those.
+quota (0 when over the limit, as Envoy's protocol has it), so that surface is compared on
+those.
 """
 
 from __future__ import annotations
@@ -234,7 +235,9 @@ def _service_grpc(limits: Sequence[Limit], store: Any, clock: ManualClock, failu
 
 
 def _verdict(d: Decision) -> tuple[bool, int]:
-    return d.allowed, d.remaining
+    # Envoy's protocol says 0 left for an over-limit status (as envoyproxy/ratelimit), so a
+    # rejection is compared on its verdict alone.
+    return d.allowed, d.remaining if d.allowed else 0
 
 
 #: Every way to ask for a decision: factories that make a surface on the given store and
