@@ -6,6 +6,7 @@ Timelines are written as steps at named instants (t=0, t=3600, ...).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -565,3 +566,24 @@ async def test_a_descriptor_without_entries_matches_nothing() -> None:
     e, _ = engine()
     r = await e.check("d", [make_descriptor([]), desc(("user", "u"))])
     assert r.allowed and [s.outcome for s in r.statuses] == ["unmatched", "allowed"]
+
+
+def test_the_watch_sees_an_edit_inside_a_yaml_config_directory(tmp_path: Path) -> None:
+    # envoyproxy/ratelimit's runtime layout: one file per domain in a directory. Editing a
+    # file in place leaves the directory's own mtime alone; the watch must still see it.
+    conf = tmp_path / "config"
+    conf.mkdir()
+    rules = conf / "api.yaml"
+    yaml = ("domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n"
+            "      unit: minute\n      requests_per_unit: {n}\n")
+    rules.write_text(yaml.format(n=2))
+    clock = ManualClock()
+    holder = PolicyHolder(conf)
+    watch = Watcher(holder, 1.0, clock=clock)
+    dir_mtime = conf.stat().st_mtime_ns
+    with rules.open("r+") as f:  # in place: same inode, same directory entry
+        f.write(yaml.format(n=5))
+    os.utime(rules, ns=(rules.stat().st_atime_ns, rules.stat().st_mtime_ns + 1_000_000_000))
+    assert conf.stat().st_mtime_ns == dir_mtime
+    clock.set(1.0)
+    assert watch.tick() and holder().generation == 2

@@ -103,7 +103,8 @@ class PolicyHolder:
         return True
 
     def changed(self) -> bool:
-        """Whether the file's mtime, size or inode differ from the last load attempt."""
+        """Whether the file (or a file of the config directory) changed since the last load
+        attempt: its mtime, size or inode, or a file added or removed."""
         return self._stat() != self._signature
 
     def poll(self) -> bool | None:
@@ -112,12 +113,16 @@ class PolicyHolder:
             return None
         return self.reload()
 
-    def _stat(self) -> tuple[int, int, int] | None:
+    def _stat(self) -> tuple[tuple[str, int, int, int], ...] | None:
+        """What a change is judged by: mtime, size and inode of the file, or of every file
+        under a config directory (an edit in place leaves the directory's own mtime alone)."""
         try:
-            st = self.path.stat()
+            paths = [self.path] if not self.path.is_dir() else [self.path, *sorted(
+                p for p in self.path.rglob("*") if p.is_file())]
+            sts = [(str(p), p.stat()) for p in paths]
         except OSError:
             return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        return tuple((name, st.st_mtime_ns, st.st_size, st.st_ino) for name, st in sts)
 
 
 class Watcher:
