@@ -6,7 +6,8 @@
 Layout (see docs/service.md):
 
 - the policies file -> an immutable `Policies` snapshot (no I/O beyond reading it):
-  `_model` (the snapshot, matching), `_loader` (TOML, located errors), `_keys` (counter keys);
+  `_model` (the snapshot, matching), `_loader` (TOML, located errors), `_envoy_config`
+  (envoyproxy/ratelimit's YAML, a file or its config directory), `_keys` (counter keys);
 - `_engine`: `Engine.check`, descriptors -> rules -> one atomic store call -> statuses;
 - `_service`: `PolicyHolder` (reload = swap a snapshot), `Watcher` (``--watch``, on an injected
   clock) and `Service` (what transports share);
