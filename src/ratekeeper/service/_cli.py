@@ -5,6 +5,8 @@
                      [--max-body BYTES] [--grace SECONDS] [--require-store]
                      [--key-prefix P] [--max-keys N] [--store-timeout SECONDS]
                      [--log-format json|text] [--log-level LEVEL] [--access-log]
+                     [--grpc-tls-cert PEM --grpc-tls-key PEM [--grpc-tls-client-ca PEM]]
+                     [--http-unix PATH] [--grpc-unix PATH]
     ratekeeper check-config FILE_OR_DIR [...] [--quiet] [--json]
 
 This module imports nothing heavy: `serve` imports uvicorn, grpcio and Starlette only when it
@@ -100,10 +102,24 @@ def add_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info",
                    choices=("debug", "info", "warning", "error"), help="default info")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    p.add_argument("--grpc-tls-cert", type=Path, default=None, metavar="PEM",
+                   help="serve gRPC over TLS with this certificate (chain) file; needs "
+                        "--grpc-tls-key")
+    p.add_argument("--grpc-tls-key", type=Path, default=None, metavar="PEM",
+                   help="the private key of --grpc-tls-cert")
+    p.add_argument("--grpc-tls-client-ca", type=Path, default=None, metavar="PEM",
+                   help="mTLS: require client certificates signed by this CA")
+    p.add_argument("--http-unix", type=Path, default=None, metavar="PATH",
+                   help="also serve the HTTP API on this unix socket (with --no-http: only "
+                        "there)")
+    p.add_argument("--grpc-unix", type=Path, default=None, metavar="PATH",
+                   help="also serve gRPC on this unix socket, plaintext (with --no-grpc: "
+                        "only there)")
 
 
 def run_serve(args: argparse.Namespace) -> int:
     try:
+        from ._grpc_ops import TlsConfigError  # noqa: PLC0415
         from ._logging import setup_logging  # noqa: PLC0415
         from ._model import PolicyError  # noqa: PLC0415
         from ._server import EXAMPLE_POLICIES, ServeOptions, StoreConfigError, serve  # noqa: PLC0415
@@ -111,7 +127,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"ratekeeper serve needs the service extra: pip install 'ratekeeper[service]' "
               f"({e})", file=sys.stderr)
         return 2
-    if args.no_http and args.no_grpc:
+    if args.no_http and args.no_grpc and args.http_unix is None and args.grpc_unix is None:
         print("ratekeeper serve: --no-http and --no-grpc leave nothing to serve",
               file=sys.stderr)
         return 2
@@ -130,13 +146,16 @@ def run_serve(args: argparse.Namespace) -> int:
         watch=args.watch, max_body=args.max_body, grace=args.grace,
         access_log=args.access_log, key_prefix=args.key_prefix, max_keys=args.max_keys,
         require_store=args.require_store, store_timeout=args.store_timeout,
+        grpc_tls_cert=args.grpc_tls_cert, grpc_tls_key=args.grpc_tls_key,
+        grpc_tls_client_ca=args.grpc_tls_client_ca,
+        http_unix=args.http_unix, grpc_unix=args.grpc_unix,
     )
     try:
         return asyncio.run(serve(options))
     except PolicyError as e:
         print(f"ratekeeper serve: not starting: {e}", file=sys.stderr)
         return 2
-    except (StoreConfigError, OSError) as e:
+    except (StoreConfigError, TlsConfigError, OSError) as e:
         print(f"ratekeeper serve: not starting: {e}", file=sys.stderr)
         return 1
 

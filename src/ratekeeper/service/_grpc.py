@@ -218,9 +218,14 @@ def grpc_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-async def start_grpc_server(service: Service, host: str, port: int, *,
-                            max_message: int = DEFAULT_MAX_BODY) -> tuple[Any, int]:
-    """Start a grpc.aio server for `service`; returns ``(server, bound port)``."""
+async def start_grpc_server(service: Service, host: str, port: int | None, *,
+                            max_message: int = DEFAULT_MAX_BODY, health: Any = None,
+                            reflect: bool = True, credentials: Any = None,
+                            unix: str | None = None) -> tuple[Any, int]:
+    """Start a grpc.aio server for `service`; returns ``(server, bound TCP port)`` (0 when
+    `port` is None: no TCP listener). `health` (a `_grpc_ops.Health`) adds
+    ``grpc.health.v1.Health``; `reflect` adds server reflection; `credentials` (grpc server
+    credentials) makes the TCP listener TLS; `unix` also listens on that socket path."""
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", max_message),
         ("grpc.so_reuseport", 0),  # a port in use is an error, not a silent second listener
@@ -234,11 +239,31 @@ async def start_grpc_server(service: Service, host: str, port: int, *,
     )}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     server.add_registered_method_handlers(SERVICE, handlers)
-    try:
-        bound = server.add_insecure_port(grpc_address(host, port))
-    except RuntimeError as e:
-        raise OSError(f"cannot listen for gRPC on {grpc_address(host, port)}: {e}") from None
-    if not bound:
-        raise OSError(f"cannot listen for gRPC on {grpc_address(host, port)}")
+    names = [SERVICE]
+    if health is not None:
+        from ._grpc_ops import HEALTH_SERVICE  # noqa: PLC0415
+        health.add_to(server)
+        names.append(HEALTH_SERVICE)
+    if reflect:
+        from ._grpc_ops import add_reflection  # noqa: PLC0415
+        add_reflection(server, names)
+    bound = 0
+    if port is not None:
+        address = grpc_address(host, port)
+        bound = _add_port(server, address, credentials)
+    if unix is not None:
+        # A unix socket is local: it stays plaintext even when the TCP listener is TLS.
+        _add_port(server, f"unix:{unix}", None)
     await server.start()
     return server, int(bound)
+
+
+def _add_port(server: Any, address: str, credentials: Any) -> int:
+    try:
+        bound = (server.add_insecure_port(address) if credentials is None
+                 else server.add_secure_port(address, credentials))
+    except RuntimeError as e:
+        raise OSError(f"cannot listen for gRPC on {address}: {e}") from None
+    if not bound:
+        raise OSError(f"cannot listen for gRPC on {address}")
+    return int(bound)

@@ -14,6 +14,8 @@ Routes:
 - ``GET /v1/policies``: the live policies, documented (every domain, rule and limit).
 - ``GET /healthz``: 200 while the process serves (503 once it is shutting down).
 - ``GET /readyz``: 200 when the store answers and the service is not shutting down.
+- ``GET /healthcheck``: the same readiness as envoyproxy/ratelimit answers it (its
+  ``HealthChecker.ServeHTTP``): 200 ``OK`` (text/plain), or 500 with no body.
 - ``GET /metrics``: Prometheus exposition.
 
 Descriptor forms accepted in ``descriptors`` (mix freely):
@@ -264,6 +266,12 @@ def create_app(service: Service) -> Starlette:
         return JSONResponse({"status": "ready", "store": service.store_name,
                              "generation": service.holder.current.generation})
 
+    async def healthcheck(request: Request) -> Response:
+        # envoyproxy/ratelimit's path and answers, for probes written against it.
+        if service.stopping or await engine.probe() is not None:
+            return Response(status_code=500)
+        return Response(b"OK", media_type="text/plain")
+
     async def metrics(request: Request) -> Response:
         if not isinstance(stats, PrometheusStats):
             return _problem(404, "Not Found", "this service keeps no Prometheus metrics")
@@ -289,6 +297,7 @@ def create_app(service: Service) -> Starlette:
             Route("/v1/policies", policies, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
+            Route("/healthcheck", healthcheck, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
         ],
         exception_handlers={HTTPException: http_error, Exception: server_error},

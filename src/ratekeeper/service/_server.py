@@ -35,6 +35,7 @@ from ..stores._url import open_store as open_any_store
 from ..stores._urlforms import redact
 from ..stores.memory import MemoryStore
 from ._grpc import grpc_address, start_grpc_server
+from ._grpc_ops import SERVING, Health, TlsConfigError, server_credentials
 from ._http import create_app
 from ._service import DEFAULT_MAX_BODY, PolicyHolder, Service, Watcher
 from ._stats import PrometheusStats
@@ -74,6 +75,16 @@ class ServeOptions:
     #: Seconds one store call may take before the failure policy decides (None: the
     #: store's default, 0.25 s for Redis: a decision is on the request path).
     store_timeout: float | None = None
+    #: gRPC TLS: the server's certificate chain and key (PEM); with `grpc_tls_client_ca`,
+    #: mTLS (clients must present a certificate that CA signed).
+    grpc_tls_cert: Path | None = None
+    grpc_tls_key: Path | None = None
+    grpc_tls_client_ca: Path | None = None
+    #: Unix socket paths to listen on as well as (or, with the port None, instead of) TCP.
+    http_unix: Path | None = None
+    grpc_unix: Path | None = None
+    #: Seconds between the store probes behind the gRPC health service's status.
+    health_interval: float = 1.0
 
 
 def open_store(url: str | None, *, prefix: str = "rk:", max_keys: int = 1_000_000,
@@ -124,6 +135,23 @@ def bind_tcp(host: str, port: int) -> socket.socket:
     return sock
 
 
+def bind_unix(path: Path) -> socket.socket:
+    """A bound unix listening socket at `path`. A socket file left by a previous run is
+    replaced; any other file there is refused (it is not ours to delete)."""
+    if path.is_socket():
+        path.unlink()
+    elif path.exists():
+        raise OSError(f"cannot listen on unix socket {path}: a file that is not a socket is "
+                      "there; remove it or choose another path")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on unix socket {path}: {e}") from None
+    return sock
+
+
 class _UvicornServer(uvicorn.Server):
     """uvicorn without its own signal handling: `serve` owns SIGTERM/SIGINT/SIGHUP."""
 
@@ -149,6 +177,16 @@ async def serve(options: ServeOptions, *,
     service = Service(holder, store, stats=stats, max_body=options.max_body,
                       store_name=store_name)
     await _check_store(service, options.require_store)
+    credentials = None
+    if options.grpc_tls_cert is not None or options.grpc_tls_key is not None:
+        if options.grpc_tls_cert is None or options.grpc_tls_key is None:
+            raise TlsConfigError("gRPC TLS needs both --grpc-tls-cert and --grpc-tls-key")
+        credentials = server_credentials(options.grpc_tls_cert, options.grpc_tls_key,
+                                         options.grpc_tls_client_ca)
+    elif options.grpc_tls_client_ca is not None:
+        raise TlsConfigError("--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key "
+                             "(client certificates are checked on a TLS listener)")
+    health = Health(service, options.health_interval)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     http: _UvicornServer | None = None
@@ -156,6 +194,7 @@ async def serve(options: ServeOptions, *,
     grpc_server: Any = None
     tasks: list[asyncio.Task[Any]] = []
     signals: list[signal.Signals] = []
+    unix_paths: list[Path] = []
 
     def on_stop_signal() -> None:
         if stop.is_set():  # a second signal: stop now
@@ -175,24 +214,45 @@ async def serve(options: ServeOptions, *,
                                      "generation": holder.current.generation,
                                      "store": store_name,
                                      "store_timeout": options.store_timeout}
-        if options.http_port is not None:
+        if options.http_port is not None or options.http_unix is not None:
             config = uvicorn.Config(
-                create_app(service), host=options.host, port=options.http_port,
+                create_app(service), host=options.host, port=options.http_port or 0,
                 log_config=None, access_log=options.access_log, lifespan="off",
                 server_header=False, timeout_graceful_shutdown=max(1, math.ceil(options.grace)),
             )
-            sock = bind_tcp(options.host, options.http_port)
+            socks = []
+            if options.http_port is not None:
+                sock = bind_tcp(options.host, options.http_port)
+                socks.append(sock)
+                host, port = sock.getsockname()[:2]
+                listening["http"] = f"http://{grpc_address(host, port)}"
+                listening["http_port"] = port
+            listening["http_parser"] = config.http
+            if options.http_unix is not None:
+                socks.append(bind_unix(options.http_unix))
+                unix_paths.append(options.http_unix)
+                listening["http_unix"] = str(options.http_unix)
             http = _UvicornServer(config)
-            http_task = asyncio.create_task(http.serve(sockets=[sock]))
-            host, port = sock.getsockname()[:2]
-            listening["http"] = f"http://{grpc_address(host, port)}"
-            listening["http_port"] = port
-        if options.grpc_port is not None:
-            grpc_server, gport = await start_grpc_server(service, options.host,
-                                                         options.grpc_port,
-                                                         max_message=options.max_body)
-            listening["grpc"] = grpc_address(options.host, gport)
-            listening["grpc_port"] = gport
+            http_task = asyncio.create_task(http.serve(sockets=socks))
+        if options.grpc_port is not None or options.grpc_unix is not None:
+            if options.grpc_unix is not None:
+                if options.grpc_unix.is_socket():
+                    options.grpc_unix.unlink()  # left by a previous run
+                unix_paths.append(options.grpc_unix)
+            await health.update()
+            grpc_server, gport = await start_grpc_server(
+                service, options.host, options.grpc_port, max_message=options.max_body,
+                health=health, credentials=credentials,
+                unix=None if options.grpc_unix is None else str(options.grpc_unix))
+            tasks.append(asyncio.create_task(health.run(stop)))
+            listening["grpc_health"] = health.status == SERVING
+            if options.grpc_port is not None:
+                listening["grpc"] = grpc_address(options.host, gport)
+                listening["grpc_port"] = gport
+                listening["grpc_tls"] = ("mtls" if options.grpc_tls_client_ca is not None
+                                         else "tls" if credentials is not None else "off")
+            if options.grpc_unix is not None:
+                listening["grpc_unix"] = str(options.grpc_unix)
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, on_stop_signal)
@@ -210,7 +270,8 @@ async def serve(options: ServeOptions, *,
                 http_task.result()  # raises what stopped it
                 raise OSError("the HTTP server stopped during startup")
         log.info("listening: %s", ", ".join(
-            f"{k} {listening[k]}" for k in ("http", "grpc") if k in listening), extra=listening)
+            f"{k} {listening[k]}" for k in ("http", "http_unix", "grpc", "grpc_unix")
+            if k in listening), extra=listening)
         if on_ready is not None:
             on_ready(listening)
         waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
@@ -222,6 +283,7 @@ async def serve(options: ServeOptions, *,
         return 0
     finally:
         service.stopping = True
+        await health.shutdown()  # NOT_SERVING for good, before the listeners close
         log.info("shutting down (grace %gs)", options.grace,
                  extra={"event": "stopping", "grace": options.grace})
         closing: list[Any] = []
@@ -239,6 +301,9 @@ async def serve(options: ServeOptions, *,
         for sig in signals:
             loop.remove_signal_handler(sig)
         await close_store(store)
+        for path in unix_paths:
+            with contextlib.suppress(OSError):
+                path.unlink()
         log.info("stopped", extra={"event": "stopped"})
 
 
