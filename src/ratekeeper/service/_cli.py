@@ -18,7 +18,6 @@ YAML.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import sys
@@ -122,7 +121,13 @@ def run_serve(args: argparse.Namespace) -> int:
         from ._grpc_ops import TlsConfigError  # noqa: PLC0415
         from ._logging import setup_logging  # noqa: PLC0415
         from ._model import PolicyError  # noqa: PLC0415
-        from ._server import EXAMPLE_POLICIES, ServeOptions, StoreConfigError, serve  # noqa: PLC0415
+        from ._server import (  # noqa: PLC0415
+            EXAMPLE_POLICIES,
+            ServeOptions,
+            StoreConfigError,
+            run,
+            serve,
+        )
     except ImportError as e:
         print(f"ratekeeper serve needs the service extra: pip install 'ratekeeper[service]' "
               f"({e})", file=sys.stderr)
@@ -151,7 +156,7 @@ def run_serve(args: argparse.Namespace) -> int:
         http_unix=args.http_unix, grpc_unix=args.grpc_unix,
     )
     try:
-        return asyncio.run(serve(options))
+        return int(run(serve(options)))
     except PolicyError as e:
         print(f"ratekeeper serve: not starting: {e}", file=sys.stderr)
         return 2
