@@ -11,7 +11,11 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
 
 from tests.servers import RedisServer
 from tests.service._proc import ServiceProcess
@@ -119,3 +123,21 @@ def test_healthcheck_is_500_while_the_store_is_unreachable(
     assert (r.status_code, r.content) == (500, b"")
     # /healthz is the process's liveness, still 200: only readiness depends on the store.
     assert httpx.get(f"{svc.http}/healthz", timeout=10).status_code == 200
+
+
+# -- gRPC reflection --------------------------------------------------------------------------
+
+def test_grpc_reflection_lists_and_describes_the_services(service: ServiceProcess) -> None:
+    # What `grpcurl -plaintext HOST:PORT list` and `describe` ask, through grpcio-reflection's
+    # own client: the services, then Envoy's request message resolved from the server alone.
+    with grpc.insecure_channel(service.grpc) as ch:
+        db = ProtoReflectionDescriptorDatabase(ch)
+        services = set(db.get_services())
+        assert {RLS, "grpc.health.v1.Health",
+                "grpc.reflection.v1alpha.ServerReflection"} <= services
+        pool = DescriptorPool(db)
+        method = pool.FindServiceByName(RLS).FindMethodByName("ShouldRateLimit")
+        assert method.input_type.full_name == "envoy.service.ratelimit.v3.RateLimitRequest"
+        fields = {f.name for f in method.input_type.fields}
+        assert {"domain", "descriptors", "hits_addend"} <= fields
+        assert method.output_type.fields_by_name["overall_code"].enum_type is not None
