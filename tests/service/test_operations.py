@@ -4,6 +4,8 @@ listener, unix-socket listeners."""
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,10 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
@@ -18,7 +24,14 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 from tests.servers import RedisServer
-from tests.service._proc import ServiceProcess
+from tests.service._envoy import (
+    METHOD,
+    RateLimitRequest,
+    RateLimitResponse,
+    RateLimitResponseCode,
+    descriptor,
+)
+from tests.service._proc import ServiceProcess, run_cli
 from tests.service.conftest import POLICIES
 
 RLS = "envoy.service.ratelimit.v3.RateLimitService"
@@ -141,3 +154,129 @@ def test_grpc_reflection_lists_and_describes_the_services(service: ServiceProces
         fields = {f.name for f in method.input_type.fields}
         assert {"domain", "descriptors", "hits_addend"} <= fields
         assert method.output_type.fields_by_name["overall_code"].enum_type is not None
+
+
+# -- TLS and mTLS on the gRPC listener --------------------------------------------------------
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _cert(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Certificate | None = None,
+          issuer_key: ec.EllipticCurvePrivateKey | None = None, *, ca: bool = False,
+          server: bool = False) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    b = (x509.CertificateBuilder().subject_name(name)
+         .issuer_name(issuer.subject if issuer is not None else name)
+         .public_key(key.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(now - datetime.timedelta(minutes=5))
+         .not_valid_after(now + datetime.timedelta(hours=1))
+         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if server:
+        b = b.add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False)
+    return b.sign(issuer_key or key, hashes.SHA256())
+
+
+def _pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+class Pki:
+    """A throwaway CA with a server certificate (127.0.0.1) and a client certificate, plus
+    a client certificate from another CA; PEM files in `dir`."""
+
+    def __init__(self, dir: Path) -> None:
+        ca_key, other_key = _key(), _key()
+        self.ca = _cert("ratekeeper test CA", ca_key, ca=True)
+        other = _cert("another CA", other_key, ca=True)
+        server_key, client_key, stranger_key = _key(), _key(), _key()
+        server = _cert("127.0.0.1", server_key, self.ca, ca_key, server=True)
+        self.client = (_pem_key(client_key), _pem(_cert("client", client_key, self.ca, ca_key)))
+        self.stranger = (_pem_key(stranger_key),
+                         _pem(_cert("stranger", stranger_key, other, other_key)))
+        self.ca_pem = _pem(self.ca)
+        self.ca_file, self.cert_file, self.key_file = (
+            dir / "ca.pem", dir / "server.pem", dir / "server-key.pem")
+        self.ca_file.write_bytes(self.ca_pem)
+        self.cert_file.write_bytes(_pem(server))
+        self.key_file.write_bytes(_pem_key(server_key))
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return Pki(tmp_path_factory.mktemp("pki"))
+
+
+def _secure_check(target: str, pki: Pki, client: tuple[bytes, bytes] | None) -> int:
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=pki.ca_pem, private_key=client[0] if client else None,
+        certificate_chain=client[1] if client else None)
+    with grpc.secure_channel(target, creds) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        return _check(stub, RLS)
+
+
+def _decides_over_tls(target: str, pki: Pki, client: tuple[bytes, bytes] | None) -> None:
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=pki.ca_pem, private_key=client[0] if client else None,
+        certificate_chain=client[1] if client else None)
+    with grpc.secure_channel(target, creds) as ch:
+        method = ch.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
+        req = RateLimitRequest(domain="t", descriptors=[descriptor(("user", "tls"))])
+        resp = RateLimitResponse.parse(method(bytes(req), timeout=10))
+        assert resp.overall_code == RateLimitResponseCode.OK
+        assert resp.statuses[0].current_limit.requests_per_unit == 3  # decided by the policies
+
+
+def test_grpc_over_tls_decides_and_refuses_plaintext(
+        tmp_path: Path, pki: Pki, own: list[ServiceProcess]) -> None:
+    svc = ServiceProcess(POLICIES, tmp_path / "svc.log", "--grpc-tls-cert", str(pki.cert_file),
+                         "--grpc-tls-key", str(pki.key_file))
+    own.append(svc.start())
+    assert svc.wait_for(lambda r: r.get("event") == "listening")["grpc_tls"] == "tls"
+    _decides_over_tls(svc.grpc, pki, None)
+    assert _secure_check(svc.grpc, pki, None) == SERVING
+    with grpc.insecure_channel(svc.grpc) as ch, pytest.raises(grpc.RpcError) as e:
+        health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_grpc_mtls_requires_a_client_certificate_from_the_ca(
+        tmp_path: Path, pki: Pki, own: list[ServiceProcess]) -> None:
+    svc = ServiceProcess(POLICIES, tmp_path / "svc.log", "--grpc-tls-cert", str(pki.cert_file),
+                         "--grpc-tls-key", str(pki.key_file),
+                         "--grpc-tls-client-ca", str(pki.ca_file))
+    own.append(svc.start())
+    assert svc.wait_for(lambda r: r.get("event") == "listening")["grpc_tls"] == "mtls"
+    _decides_over_tls(svc.grpc, pki, pki.client)
+    for client in (None, pki.stranger):  # no certificate; one another CA signed
+        with pytest.raises(grpc.RpcError) as e:
+            _secure_check(svc.grpc, pki, client)
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--grpc-tls-cert", "{cert}"], "needs both --grpc-tls-cert and --grpc-tls-key"),
+    (["--grpc-tls-client-ca", "{ca}"], "--grpc-tls-client-ca needs --grpc-tls-cert"),
+    (["--grpc-tls-cert", "{ca}.missing", "--grpc-tls-key", "{key}"],
+     "cannot read --grpc-tls-cert"),
+    (["--grpc-tls-cert", "{policies}", "--grpc-tls-key", "{key}"],
+     "is not PEM (the server's certificate chain)"),
+])
+def test_bad_tls_flags_refuse_to_start_and_say_why(pki: Pki, flags: list[str],
+                                                   message: str) -> None:
+    args = [f.format(cert=pki.cert_file, key=pki.key_file, ca=pki.ca_file, policies=POLICIES)
+            for f in flags]
+    r = run_cli(["serve", "--config", str(POLICIES), "--http-port", "0", "--grpc-port", "0",
+                 *args])
+    assert r.returncode == 1, r.stderr
+    assert "not starting" in r.stderr and message in r.stderr
+    assert "Traceback" not in r.stderr
