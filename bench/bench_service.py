@@ -7,7 +7,16 @@ latency a caller sees (p50, p99, p99.9), for:
 
 * ``http``: ``POST /v1/check`` over HTTP/1.1 keep-alive connections, with a minimal client
   written on asyncio streams (httpx would cost more CPU than the service does);
-* ``grpc``: Envoy's ``ShouldRateLimit`` over grpc.aio, requests pre-encoded.
+* ``grpc``: Envoy's ``ShouldRateLimit`` over grpc.aio, requests pre-encoded;
+
+and, in the same run, the bare-transport floors the service is held to: ``http-floor``, a
+Starlette endpoint that reads the body and answers a constant (the service's own answer,
+captured) on the same uvicorn stack (uvloop + httptools when installed, as ``serve`` picks
+them); ``grpc-floor``, a grpc.aio servicer that parses the RateLimitRequest and answers a
+constant response, on the same server options; ``grpc-sync-floor``, the same on a sync
+``grpc.server`` with a thread pool (the other grpcio server model, for comparison). The
+``x floor`` column is the service's CPU per decision over its transport's floor; the goal is
+at most 1.25.
 
 Each check carries one descriptor ``[user=<one of --users>]`` against a GCRA limit of
 1000/s per user (nearly all admitted) plus a global token bucket: a composite decision of
@@ -17,6 +26,7 @@ service share a small machine (they compete for the same cores).
 
     .venv/bin/python bench/bench_service.py                    # ~30 s: 5 s per scenario
     .venv/bin/python bench/bench_service.py --seconds 2 --only http-memory,grpc-memory
+    .venv/bin/python bench/bench_service.py --seconds 0.3 --warmup 0 --redis none  # smoke
     .venv/bin/python bench/bench_service.py --json bench/results/service.json
 
 ``--redis auto`` (the default) starts a throw-away ``redis-server`` (tests/servers.py) if the
@@ -138,6 +148,136 @@ def _classify(ports: list[int]) -> tuple[int | None, int | None]:
         else:
             grpc_ = port
     return http, grpc_
+
+
+# ------------------------------------------------------------------- bare-transport floors
+
+
+class Floor:
+    """A bare server in a subprocess (`floor_main`): the transport alone, no decision."""
+
+    def __init__(self, kind: str, answer: bytes, workdir: Path) -> None:
+        body = workdir / f"answer-{kind}.bin"
+        body.write_bytes(answer)
+        self.proc = subprocess.Popen([sys.executable, __file__, "--floor", kind, "--answer",
+                                      str(body)], stdout=subprocess.PIPE)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the {kind} floor server did not start")
+        self.port = int(line)
+
+    cpu_seconds = Service.cpu_seconds
+    stop = Service.stop
+
+
+async def _http_floor(answer: bytes) -> None:
+    import uvicorn  # noqa: PLC0415
+    from starlette.applications import Starlette  # noqa: PLC0415
+    from starlette.requests import Request  # noqa: PLC0415
+    from starlette.responses import Response  # noqa: PLC0415
+    from starlette.routing import Route  # noqa: PLC0415
+
+    from ratekeeper.service._server import _UvicornServer, bind_tcp, http_parser  # noqa: PLC0415
+
+    async def check(request: Request) -> Response:
+        await request.body()
+        return Response(answer, media_type="application/json")
+
+    app = Starlette(routes=[Route("/v1/check", check, methods=["POST"])])
+    # The options `serve` gives uvicorn (ratekeeper.service._server).
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
+                            http=http_parser(), server_header=False)
+    sock = bind_tcp("127.0.0.1", 0)
+    server = _UvicornServer(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.005)
+    print(sock.getsockname()[1], flush=True)
+    await task
+
+
+def _grpc_floor_handlers(answer: bytes) -> Any:
+    import grpc  # noqa: PLC0415
+
+    from ratekeeper.service._grpc import SERVICE  # noqa: PLC0415
+    from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2  # noqa: PLC0415
+
+    response = rls_pb2.RateLimitResponse.FromString(answer)
+
+    def should_rate_limit(request: Any, context: Any) -> Any:
+        return response
+
+    async def should_rate_limit_async(request: Any, context: Any) -> Any:
+        return response
+
+    return grpc, SERVICE, rls_pb2, should_rate_limit, should_rate_limit_async
+
+
+async def _grpc_aio_floor(answer: bytes) -> None:
+    grpc, service, rls_pb2, _, handler = _grpc_floor_handlers(answer)
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])  # as start_grpc_server
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {
+        "ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
+            handler, request_deserializer=rls_pb2.RateLimitRequest.FromString,
+            response_serializer=rls_pb2.RateLimitResponse.SerializeToString)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(port, flush=True)
+    await server.wait_for_termination()
+
+
+def _grpc_sync_floor(answer: bytes) -> None:
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    grpc, service, rls_pb2, handler, _ = _grpc_floor_handlers(answer)
+    server = grpc.server(ThreadPoolExecutor(max_workers=16),
+                         options=[("grpc.so_reuseport", 0)])
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {
+        "ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
+            handler, request_deserializer=rls_pb2.RateLimitRequest.FromString,
+            response_serializer=rls_pb2.RateLimitResponse.SerializeToString)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(port, flush=True)
+    server.wait_for_termination()
+
+
+def floor_main(args: argparse.Namespace) -> None:
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # a bare server: nothing to close
+    answer = Path(args.answer).read_bytes()
+    if args.floor == "grpc-sync":
+        _grpc_sync_floor(answer)
+        return
+    from ratekeeper.service._server import run  # noqa: PLC0415 (the loop `serve` runs on)
+
+    run(_http_floor(answer) if args.floor == "http" else _grpc_aio_floor(answer))
+
+
+def _capture_http(port: int) -> bytes:
+    """One real /v1/check answer's body (the http floor answers it)."""
+    body = _body(0)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return data.split(b"\r\n\r\n", 1)[1]
+
+
+def _capture_grpc(port: int) -> bytes:
+    """One real ShouldRateLimit answer, serialized (the grpc floors answer it)."""
+    import grpc  # noqa: PLC0415
+
+    from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2  # noqa: PLC0415
+
+    req = rls_pb2.RateLimitRequest(domain="bench")
+    req.descriptors.add().entries.add(key="user", value="u0")
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        call = ch.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
+        answer: bytes = call(req.SerializeToString(), timeout=10)
+    return answer
 
 
 # ------------------------------------------------------------------------- load clients
@@ -280,9 +420,14 @@ def main() -> None:
     # client mode (internal)
     p.add_argument("--client", choices=("http", "grpc"), help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--floor", choices=("http", "grpc", "grpc-sync"), help=argparse.SUPPRESS)
+    p.add_argument("--answer", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.client:
         client_main(args)
+        return
+    if args.floor:
+        floor_main(args)
         return
 
     stack: list[Any] = []
@@ -295,45 +440,65 @@ def main() -> None:
         if redis_url:
             stores.append(("redis", redis_url))
         only = set(filter(None, args.only.split(",")))
-        results = []
+        results: list[dict[str, Any]] = []
+
+        def measure(name: str, kind: str, server: Any, port: int) -> None:
+            if args.warmup > 0:
+                _drive(kind, port, args.warmup, args.clients, args.concurrency, args.users)
+            cpu0 = server.cpu_seconds()
+            t0 = time.perf_counter()
+            run = _drive(kind, port, args.seconds, args.clients, args.concurrency, args.users)
+            wall = time.perf_counter() - t0
+            cpu = server.cpu_seconds() - cpu0
+            lat = run["lat_us"]
+            n = len(lat)
+            row = {
+                "scenario": name, "transport": kind, "decisions": n,
+                "per_second": n / args.seconds,
+                "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "p999_ms": _pct(lat, 99.9),
+                "mean_ms": statistics.fmean(lat) / 1000 if lat else float("nan"),
+                "service_cpu_us_per_decision": cpu / n * 1e6 if n else float("nan"),
+                "errors": run["errors"], "error_samples": run["error_samples"],
+                "wall_s": wall,
+            }
+            results.append(row)
+            print(f"{name:<16} {row['per_second']:>9,.0f}/s  p50 {row['p50_ms']:6.2f} ms"
+                  f"  p99 {row['p99_ms']:6.2f} ms  p99.9 {row['p999_ms']:6.2f} ms  "
+                  f"CPU {row['service_cpu_us_per_decision']:5.0f} us/decision"
+                  f"  errors {row['errors']}", file=sys.stderr)
+
+        answers: dict[str, bytes] = {}
         for store_name, url in stores:
             if only and not any(s.endswith(f"-{store_name}") for s in only):
                 continue
             svc = Service(policies, url, workdir)
             try:
+                answers.setdefault("http", _capture_http(svc.http_port))
+                answers.setdefault("grpc", _capture_grpc(svc.grpc_port))
                 for kind in ("http", "grpc"):
                     name = f"{kind}-{store_name}"
                     if only and name not in only:
                         continue
-                    port = svc.http_port if kind == "http" else svc.grpc_port
-                    if args.warmup > 0:
-                        _drive(kind, port, args.warmup, args.clients, args.concurrency,
-                               args.users)
-                    cpu0 = svc.cpu_seconds()
-                    t0 = time.perf_counter()
-                    run = _drive(kind, port, args.seconds, args.clients, args.concurrency,
-                                 args.users)
-                    wall = time.perf_counter() - t0
-                    cpu = svc.cpu_seconds() - cpu0
-                    lat = run["lat_us"]
-                    n = len(lat)
-                    row = {
-                        "scenario": name, "decisions": n,
-                        "per_second": n / args.seconds,
-                        "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99),
-                        "p999_ms": _pct(lat, 99.9),
-                        "mean_ms": statistics.fmean(lat) / 1000 if lat else float("nan"),
-                        "service_cpu_us_per_decision": cpu / n * 1e6 if n else float("nan"),
-                        "errors": run["errors"], "error_samples": run["error_samples"],
-                        "wall_s": wall,
-                    }
-                    results.append(row)
-                    print(f"{name:<14} {row['per_second']:>9,.0f}/s  p50 {row['p50_ms']:6.2f} ms"
-                          f"  p99 {row['p99_ms']:6.2f} ms  p99.9 {row['p999_ms']:6.2f} ms  "
-                          f"service CPU {row['service_cpu_us_per_decision']:5.0f} us/decision"
-                          f"  errors {row['errors']}", file=sys.stderr)
+                    measure(name, kind, svc, svc.http_port if kind == "http" else svc.grpc_port)
             finally:
                 svc.stop()
+        floors = [("http-floor", "http", "http"), ("grpc-floor", "grpc", "grpc"),
+                  ("grpc-sync-floor", "grpc", "grpc-sync")]
+        for name, kind, floor_kind in floors:
+            if kind not in answers or (only and name not in only and not any(
+                    s.startswith(f"{kind}-") for s in only)):
+                continue
+            floor = Floor(floor_kind, answers[kind], workdir)
+            try:
+                measure(name, kind, floor, floor.port)
+            finally:
+                floor.stop()
+        # Each scenario over the floor of its transport on the same server model (grpc.aio).
+        floor_cpu = {r["transport"]: r["service_cpu_us_per_decision"] for r in results
+                     if r["scenario"] in ("http-floor", "grpc-floor")}
+        for r in results:
+            f = floor_cpu.get(r["transport"])
+            r["x_floor"] = r["service_cpu_us_per_decision"] / f if f else float("nan")
     finally:
         for s in stack:
             s.stop()
@@ -345,13 +510,13 @@ def main() -> None:
     print(f"\n# ratekeeper serve on loopback: {args.clients} client process(es) x "
           f"{args.concurrency} in flight, {args.seconds:g} s per scenario, "
           f"{env['cpus']} CPUs, load average {env['loadavg'][0]:.1f} at the end")
-    print("| scenario | decisions/s | p50 ms | p99 ms | p99.9 ms | service CPU us/decision "
-          "| errors |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| scenario | decisions/s | p50 ms | p99 ms | p99.9 ms | server CPU us/decision "
+          "| x floor | errors |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
         print(f"| {r['scenario']} | {r['per_second']:,.0f} | {r['p50_ms']:.2f} | "
               f"{r['p99_ms']:.2f} | {r['p999_ms']:.2f} | "
-              f"{r['service_cpu_us_per_decision']:.0f} | {r['errors']} |")
+              f"{r['service_cpu_us_per_decision']:.0f} | {r['x_floor']:.2f} | {r['errors']} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"env": env, "results": results}, indent=2))
