@@ -69,8 +69,9 @@ class ServiceProcess:
             self.http_port, self.grpc_port = int(m[1]), int(m[2])
             return self
         rec = self.wait_for(lambda r: r.get("event") == "listening", timeout)
-        self.http_port = int(rec["http_port"])
-        self.grpc_port = int(rec["grpc_port"])
+        # (0: that listener is off, e.g. only a unix socket serves it.)
+        self.http_port = int(rec.get("http_port", 0))
+        self.grpc_port = int(rec.get("grpc_port", 0))
         return self
 
     def log_text(self) -> str:

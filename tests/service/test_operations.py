@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import shutil
 import signal
+import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -280,3 +283,61 @@ def test_bad_tls_flags_refuse_to_start_and_say_why(pki: Pki, flags: list[str],
     assert r.returncode == 1, r.stderr
     assert "not starting" in r.stderr and message in r.stderr
     assert "Traceback" not in r.stderr
+
+
+# -- unix sockets -----------------------------------------------------------------------------
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short directory for sockets (a unix socket path is at most ~107 bytes; pytest's
+    tmp_path can be longer)."""
+    d = Path(tempfile.mkdtemp(prefix="rk-", dir="/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_http_and_grpc_on_unix_sockets_only(short_dir: Path, tmp_path: Path,
+                                            own: list[ServiceProcess]) -> None:
+    http_sock, grpc_sock = short_dir / "http.sock", short_dir / "grpc.sock"
+    svc = ServiceProcess(POLICIES, tmp_path / "svc.log", "--no-http", "--no-grpc",
+                         "--http-unix", str(http_sock), "--grpc-unix", str(grpc_sock))
+    own.append(svc.start())
+    rec = svc.wait_for(lambda r: r.get("event") == "listening")
+    assert (rec["http_unix"], rec["grpc_unix"]) == (str(http_sock), str(grpc_sock))
+    assert "http_port" not in rec and "grpc_port" not in rec  # no TCP listener
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(http_sock)),
+                      base_url="http://rk", timeout=10) as client:
+        assert client.get("/healthcheck").text == "OK"
+        r = client.post("/v1/check", json={"domain": "t", "descriptors": [{"user": "unix"}]})
+        assert r.status_code == 200 and r.json()["allowed"] is True
+    with grpc.insecure_channel(f"unix:{grpc_sock}") as ch:
+        assert _check(health_pb2_grpc.HealthStub(ch), RLS) == SERVING
+        method = ch.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
+        req = RateLimitRequest(domain="t", descriptors=[descriptor(("user", "unix"))])
+        resp = RateLimitResponse.parse(method(bytes(req), timeout=10))
+        # The second hit of the same counter: HTTP and gRPC on sockets share the service.
+        assert resp.statuses[0].limit_remaining == 1
+    assert svc.stop() == 0
+    assert not http_sock.exists() and not grpc_sock.exists()  # removed on the way out
+
+
+def test_a_stale_socket_file_is_replaced_and_another_file_refused(
+        short_dir: Path, tmp_path: Path, own: list[ServiceProcess]) -> None:
+    stale = short_dir / "stale.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(stale))
+    s.close()  # what a killed process leaves: the file, nobody listening
+    svc = ServiceProcess(POLICIES, tmp_path / "svc.log", "--http-unix", str(stale))
+    own.append(svc.start())
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(stale)), timeout=10) as client:
+        assert client.get("http://rk/healthz").status_code == 200
+    svc.stop()
+    precious = short_dir / "notes.txt"
+    precious.write_text("keep me")
+    r = run_cli(["serve", "--config", str(POLICIES), "--http-port", "0", "--grpc-port", "0",
+                 "--http-unix", str(precious)])
+    assert r.returncode == 1
+    assert "not a socket" in r.stderr and "Traceback" not in r.stderr
+    assert precious.read_text() == "keep me"
