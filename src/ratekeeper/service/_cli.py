@@ -6,7 +6,7 @@
                      [--key-prefix P] [--max-keys N] [--store-timeout SECONDS]
                      [--log-format json|text] [--log-level LEVEL] [--access-log]
                      [--grpc-tls-cert PEM --grpc-tls-key PEM [--grpc-tls-client-ca PEM]]
-                     [--http-unix PATH] [--grpc-unix PATH]
+                     [--http-unix PATH] [--grpc-unix PATH] [--workers N]
     ratekeeper check-config FILE_OR_DIR [...] [--quiet] [--json]
 
 This module imports nothing heavy: `serve` imports uvicorn, grpcio and Starlette only when it
@@ -59,6 +59,16 @@ def _seconds(text: str, *, zero: bool = False) -> float:
 
 def _seconds_or_zero(text: str) -> float:
     return _seconds(text, zero=True)
+
+
+def _workers(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of processes: {text!r}") from None
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"--workers must be 1..256, got {n}")
+    return n
 
 
 def add_serve(p: argparse.ArgumentParser) -> None:
@@ -114,6 +124,10 @@ def add_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grpc-unix", type=Path, default=None, metavar="PATH",
                    help="also serve gRPC on this unix socket, plaintext (with --no-grpc: "
                         "only there)")
+    p.add_argument("--workers", type=_workers, default=1, metavar="N",
+                   help="N service processes on the same ports (SO_REUSEPORT; the kernel "
+                        "spreads connections over them); needs a shared store (redis://...)")
+    p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # a worker
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -137,6 +151,8 @@ def run_serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     setup_logging(args.log_format, args.log_level)
+    if args.workers > 1:
+        return _run_workers(args)
     config = args.config if args.config is not None else EXAMPLE_POLICIES
     if args.config is None and not args.example:
         import logging  # noqa: PLC0415
@@ -153,7 +169,7 @@ def run_serve(args: argparse.Namespace) -> int:
         require_store=args.require_store, store_timeout=args.store_timeout,
         grpc_tls_cert=args.grpc_tls_cert, grpc_tls_key=args.grpc_tls_key,
         grpc_tls_client_ca=args.grpc_tls_client_ca,
-        http_unix=args.http_unix, grpc_unix=args.grpc_unix,
+        http_unix=args.http_unix, grpc_unix=args.grpc_unix, reuse_port=args.reuse_port,
     )
     try:
         return int(run(serve(options)))
@@ -163,6 +179,84 @@ def run_serve(args: argparse.Namespace) -> int:
     except (StoreConfigError, TlsConfigError, OSError) as e:
         print(f"ratekeeper serve: not starting: {e}", file=sys.stderr)
         return 1
+
+
+def _run_workers(args: argparse.Namespace) -> int:
+    """``serve --workers N``: N ``serve`` processes sharing the TCP ports (SO_REUSEPORT),
+    supervised here: signals are passed on to every worker (SIGHUP reloads each one's
+    policies, SIGTERM/SIGINT stop them), and when one exits on its own the others are
+    stopped and its status returned."""
+    import logging  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import time  # noqa: PLC0415
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    from ._server import bind_tcp  # noqa: PLC0415
+
+    n = args.workers
+    if urlsplit(args.store or "memory://").scheme in ("", "memory"):
+        print(f"ratekeeper serve: --workers {n} needs a shared store: with the memory store "
+              f"each worker would keep counters of its own, so every limit would let up to "
+              f"{n} times its rate through. Pass --store redis://HOST:6379/0, or run one "
+              "worker", file=sys.stderr)
+        return 2
+    if args.http_unix is not None or args.grpc_unix is not None:
+        print("ratekeeper serve: --workers shares TCP ports only; serve a unix socket "
+              "(--http-unix, --grpc-unix) from a single process", file=sys.stderr)
+        return 2
+    if "serve" not in sys.argv[1:]:
+        print("ratekeeper serve: --workers starts `ratekeeper serve` again: run it from the "
+              "command line", file=sys.stderr)
+        return 2
+    # The ports are bound here first (port 0: the OS picks), with SO_REUSEPORT and never
+    # listened on, so every worker binds the same ones and the port stays ours throughout.
+    holders: list[socket.socket] = []
+    ports: list[str] = []
+    try:
+        for flag, port, off in (("--http-port", args.http_port, args.no_http),
+                                ("--grpc-port", args.grpc_port, args.no_grpc)):
+            if not off:
+                holders.append(bind_tcp(args.host, port, reuse_port=True))
+                ports += [flag, str(holders[-1].getsockname()[1])]
+    except OSError as e:
+        for h in holders:
+            h.close()
+        print(f"ratekeeper serve: not starting: {e}", file=sys.stderr)
+        return 1
+    argv = [sys.executable, "-c", "import sys; from ratekeeper.cli import main; "
+            "sys.exit(main())", *sys.argv[1:], *ports, "--workers", "1", "--reuse-port"]
+    procs = [subprocess.Popen(argv) for _ in range(n)]
+    logging.getLogger("ratekeeper.service").info(
+        "started %d workers: %s", n, ", ".join(str(p.pid) for p in procs),
+        extra={"event": "workers", "pids": [p.pid for p in procs]})
+    stopping = False
+
+    def forward(sig: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = stopping or sig != signal.SIGHUP
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(sig)
+
+    handled = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
+    previous = {s: signal.signal(s, forward) for s in handled}
+    status = 0
+    try:
+        while any(p.poll() is None for p in procs):
+            for p in procs:
+                if p.returncode is not None and not stopping:
+                    # One ended on its own (a startup error, a crash): stop the rest.
+                    status = p.returncode or 1
+                    forward(signal.SIGTERM, None)
+            time.sleep(0.1)
+        return status or max((p.returncode or 0) for p in procs)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for h in holders:
+            h.close()
 
 
 def add_check(p: argparse.ArgumentParser) -> None:

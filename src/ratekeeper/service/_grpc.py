@@ -221,14 +221,16 @@ def grpc_address(host: str, port: int) -> str:
 async def start_grpc_server(service: Service, host: str, port: int | None, *,
                             max_message: int = DEFAULT_MAX_BODY, health: Any = None,
                             reflect: bool = True, credentials: Any = None,
-                            unix: str | None = None) -> tuple[Any, int]:
+                            unix: str | None = None,
+                            reuse_port: bool = False) -> tuple[Any, int]:
     """Start a grpc.aio server for `service`; returns ``(server, bound TCP port)`` (0 when
     `port` is None: no TCP listener). `health` (a `_grpc_ops.Health`) adds
     ``grpc.health.v1.Health``; `reflect` adds server reflection; `credentials` (grpc server
     credentials) makes the TCP listener TLS; `unix` also listens on that socket path."""
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", max_message),
-        ("grpc.so_reuseport", 0),  # a port in use is an error, not a silent second listener
+        # A port in use is an error, not a silent second listener, but for --workers.
+        ("grpc.so_reuseport", 1 if reuse_port else 0),
     ])
     # What the generated add_RateLimitServiceServicer_to_server does, with a deserializer
     # that turns undecodable bytes into INVALID_ARGUMENT rather than UNKNOWN.

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -312,7 +313,7 @@ def create_app(service: Service) -> Starlette:
         if problem is not None:
             return _JSON({"status": "unavailable", "store": service.store_name,
                                  "error": problem}, status_code=503)
-        return _JSON({"status": "ready", "store": service.store_name,
+        return _JSON({"status": "ready", "store": service.store_name, "pid": os.getpid(),
                              "generation": service.holder.current.generation})
 
     async def healthcheck(request: Request) -> Response:

@@ -86,6 +86,8 @@ class ServeOptions:
     grpc_unix: Path | None = None
     #: Seconds between the store probes behind the gRPC health service's status.
     health_interval: float = 1.0
+    #: Share the TCP ports with other processes (SO_REUSEPORT): one of ``--workers N``.
+    reuse_port: bool = False
 
 
 def open_store(url: str | None, *, prefix: str = "rk:", max_keys: int = 1_000_000,
@@ -115,7 +117,7 @@ async def close_store(store: object) -> None:
             return
 
 
-def bind_tcp(host: str, port: int) -> socket.socket:
+def bind_tcp(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A bound TCP listening socket (port 0: any free port), made so that asyncio sets
     TCP_NODELAY on the connections it accepts.
 
@@ -129,6 +131,8 @@ def bind_tcp(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, type_, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # the kernel spreads connections over every worker on the port
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(addr)
     except OSError as e:
         sock.close()
@@ -265,7 +269,8 @@ async def serve(options: ServeOptions, *,
             )
             socks = []
             if options.http_port is not None:
-                sock = bind_tcp(options.host, options.http_port)
+                sock = bind_tcp(options.host, options.http_port,
+                                reuse_port=options.reuse_port)
                 socks.append(sock)
                 host, port = sock.getsockname()[:2]
                 listening["http"] = f"http://{grpc_address(host, port)}"
@@ -285,7 +290,7 @@ async def serve(options: ServeOptions, *,
             await health.update()
             grpc_server, gport = await start_grpc_server(
                 service, options.host, options.grpc_port, max_message=options.max_body,
-                health=health, credentials=credentials,
+                health=health, credentials=credentials, reuse_port=options.reuse_port,
                 unix=None if options.grpc_unix is None else str(options.grpc_unix))
             tasks.append(asyncio.create_task(health.run(stop)))
             listening["grpc_health"] = health.status == SERVING
