@@ -286,11 +286,14 @@ def test_policies_document_the_limits(client: httpx.Client) -> None:
     assert [lim["counter"] for lim in tenant["limits"]] == ["per descriptor", "global"]
 
 
-def test_health_readiness_and_metrics(client: httpx.Client, uid: str) -> None:
+def test_health_readiness_and_metrics(client: httpx.Client, uid: str,
+                                      service: ServiceProcess) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "store": "memory", "generation": 1}
+    # pid: which process answered (one of `serve --workers N`).
+    assert ready.json() == {"status": "ready", "store": "memory", "pid": service.pid,
+                            "generation": 1}
 
     check(client, {"domain": "t", "descriptors": [user(uid), {"tenant": uid}]})
     client.post("/v1/check", json={"domain": f"unknown-{uid}", "key": uid})
