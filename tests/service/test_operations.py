@@ -4,6 +4,7 @@ listener, unix-socket listeners."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 import shutil
@@ -26,6 +27,12 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
+from ratekeeper.service import Engine
+from ratekeeper.service._grpc import LimitHeaders, parse_request, response_for
+from ratekeeper.service._loader import parse_policies_text
+from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2
+from ratekeeper.stores.memory import MemoryStore
+from ratekeeper.testing import ManualClock
 from tests.servers import RedisServer
 from tests.service._envoy import (
     METHOD,
@@ -341,3 +348,106 @@ def test_a_stale_socket_file_is_replaced_and_another_file_refused(
     assert r.returncode == 1
     assert "not a socket" in r.stderr and "Traceback" not in r.stderr
     assert precious.read_text() == "keep me"
+
+
+# -- envoyproxy/ratelimit's limit headers, by name --------------------------------------------
+
+HEADERS_POLICIES = """
+[domains.h]
+[[domains.h.descriptors]]
+key = "a"
+limits = [{ algorithm = "fixed-window", rate = "3/hour" }]
+
+[[domains.h.descriptors]]
+key = "b"
+limits = [{ algorithm = "fixed-window", rate = "10/minute" }]
+"""
+X = LimitHeaders("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
+
+
+def _decide(engine: Engine, limit_headers: LimitHeaders | None, *keys: str,
+            domain: str = "h") -> list[tuple[str, str]]:
+    req = RateLimitRequest(domain=domain, descriptors=[descriptor((k, "v")) for k in keys])
+    ours = rls_pb2.RateLimitRequest.FromString(bytes(req))
+    res = asyncio.run(engine.check(*parse_request(ours)))
+    return [(h.key, h.value) for h in response_for(res, limit_headers).response_headers_to_add]
+
+
+@pytest.fixture
+def engine() -> Engine:
+    snap = parse_policies_text(HEADERS_POLICIES)
+    return Engine(lambda: snap, MemoryStore(), clock=ManualClock(1000.0))  # 1000 s: 16m40s
+
+
+def test_limit_headers_name_the_descriptor_closest_to_its_limit(engine: Engine) -> None:
+    # envoyproxy/ratelimit src/service/ratelimit.go, shouldRateLimitWorker: the status with
+    # the least limit_remaining among those with a current_limit gives the three headers
+    # (test/service/ratelimit_test.go, TestServiceWithCustomRatelimitHeaders).
+    # b: 10/minute, 9 left; a: 3/hour, 2 left, 2600 s to the hour (the clock is at 1000 s).
+    assert _decide(engine, X, "b", "a") == [
+        ("X-RateLimit-Limit", "3"), ("X-RateLimit-Remaining", "2"), ("X-RateLimit-Reset", "2600")]
+    # Only b now: its own numbers, 40 s to the minute.
+    assert _decide(engine, LimitHeaders(), "b") == [
+        ("RateLimit-Limit", "10"), ("RateLimit-Remaining", "8"), ("RateLimit-Reset", "20")]
+
+
+def test_limit_headers_of_an_over_limit_request_say_none_left(engine: Engine) -> None:
+    for _ in range(3):
+        _decide(engine, X, "a")
+    # a is over (0 left); b, allowed-but-uncharged, says its 10: the over one is named.
+    assert _decide(engine, X, "b", "a") == [
+        ("X-RateLimit-Limit", "3"), ("X-RateLimit-Remaining", "0"), ("X-RateLimit-Reset", "2600")]
+
+
+def test_limit_headers_are_left_out_with_no_limit_and_ours_are_the_default(
+        engine: Engine) -> None:
+    assert _decide(engine, X, "a", domain="nope") == []  # unknown domain: no current_limit
+    ours = dict(_decide(engine, None, "a"))
+    assert "RateLimit-Policy" in ours and "X-RateLimit-Limit" not in ours
+
+
+def test_limit_headers_from_envoy_ratelimit_settings_in_the_environment(
+        tmp_path: Path, own: list[ServiceProcess], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The Go service's own settings carry over: LIMIT_RESPONSE_HEADERS_ENABLED and the names
+    # (src/settings/settings.go); a flag wins over its variable.
+    monkeypatch.setenv("LIMIT_RESPONSE_HEADERS_ENABLED", "true")
+    monkeypatch.setenv("LIMIT_REMAINING_HEADER", "X-RateLimit-Remaining")
+    svc = ServiceProcess(POLICIES, tmp_path / "svc.log", "--limit-limit-header",
+                         "X-RateLimit-Limit")
+    own.append(svc.start())
+    with grpc.insecure_channel(svc.grpc) as ch:
+        method = ch.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
+        req = RateLimitRequest(domain="t", descriptors=[descriptor(("user", "hdr"))])
+        resp = RateLimitResponse.parse(method(bytes(req), timeout=10))
+    names = [h.key for h in resp.response_headers_to_add]
+    assert names == ["X-RateLimit-Limit", "X-RateLimit-Remaining", "RateLimit-Reset"]
+
+
+@pytest.mark.parametrize(("env", "flags", "message"), [
+    ({"LIMIT_RESPONSE_HEADERS_ENABLED": "yes"}, [], "is not a boolean"),
+    ({"LIMIT_RESPONSE_HEADERS_ENABLED": "1", "LIMIT_RESET_HEADER": "Reset: now"}, [],
+     "LIMIT_RESET_HEADER: not an HTTP header name"),
+    ({}, ["--limit-response-headers", "--limit-limit-header", "X Limit"],
+     "not an HTTP header name"),
+])
+def test_bad_limit_header_settings_refuse_to_start_and_say_why(
+        env: dict[str, str], flags: list[str], message: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    r = run_cli(["serve", "--config", str(POLICIES), "--http-port", "0", "--grpc-port", "0",
+                 *flags])
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_socket_another_service_listens_on_is_not_taken_over(
+        short_dir: Path, tmp_path: Path, own: list[ServiceProcess]) -> None:
+    path = short_dir / "http.sock"
+    svc = ServiceProcess(POLICIES, tmp_path / "svc.log", "--http-unix", str(path))
+    own.append(svc.start())
+    r = run_cli(["serve", "--config", str(POLICIES), "--http-port", "0", "--grpc-port", "0",
+                 "--http-unix", str(path)])
+    assert r.returncode == 1 and "another process listens there" in r.stderr, r.stderr
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), timeout=10) as client:
+        assert client.get("http://rk/healthcheck").text == "OK"  # the first one still serves

@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from ._loader import check_file
@@ -59,6 +61,48 @@ def _seconds(text: str, *, zero: bool = False) -> float:
 
 def _seconds_or_zero(text: str) -> float:
     return _seconds(text, zero=True)
+
+
+#: RFC 9110's token characters: what a header field name may be made of.
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _header_name(text: str) -> str:
+    if not text or not set(text) <= _TCHAR:
+        raise argparse.ArgumentTypeError(
+            f"not an HTTP header name: {text!r} (letters, digits and !#$%&'*+-.^_`|~ only)")
+    return text
+
+
+#: envoyproxy/ratelimit's settings behind the --limit-* flags, and their defaults.
+_LIMIT_HEADER_ENV = (("limit_limit_header", "LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+                     ("limit_remaining_header", "LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+                     ("limit_reset_header", "LIMIT_RESET_HEADER", "RateLimit-Reset"))
+
+
+def _limit_header_names(args: argparse.Namespace,
+                        env: Mapping[str, str]) -> tuple[str, str, str] | None:
+    """The names of envoyproxy/ratelimit's three headers when they are on (a flag, else its
+    environment variable, else its default), or None; ValueError says which setting is bad."""
+    raw = env.get("LIMIT_RESPONSE_HEADERS_ENABLED", "")
+    if raw not in _GO_BOOLS:
+        raise ValueError(f"LIMIT_RESPONSE_HEADERS_ENABLED={raw!r} is not a boolean "
+                         "(true or false)")
+    if not (args.limit_response_headers or _GO_BOOLS[raw]):
+        return None
+    names = []
+    for attr, var, default in _LIMIT_HEADER_ENV:
+        name = getattr(args, attr) or env.get(var) or default
+        try:
+            names.append(_header_name(name))
+        except argparse.ArgumentTypeError as e:
+            raise ValueError(f"{var}: {e}") from None
+    return names[0], names[1], names[2]
+
+
+#: Go's strconv.ParseBool forms (envoyproxy/ratelimit reads its settings with it); unset: false.
+_GO_BOOLS = {"": False, **dict.fromkeys(("1", "t", "T", "true", "TRUE", "True"), True),
+             **dict.fromkeys(("0", "f", "F", "false", "FALSE", "False"), False)}
 
 
 def _workers(text: str) -> int:
@@ -124,6 +168,20 @@ def add_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grpc-unix", type=Path, default=None, metavar="PATH",
                    help="also serve gRPC on this unix socket, plaintext (with --no-grpc: "
                         "only there)")
+    # envoyproxy/ratelimit's custom response headers, under its option names; the defaults
+    # come from its environment variables, so its deployment's settings carry over.
+    p.add_argument("--limit-response-headers", action="store_true",
+                   help="gRPC: send envoyproxy/ratelimit's three limit headers (names below) "
+                        "instead of RateLimit-Policy/RateLimit (env "
+                        "LIMIT_RESPONSE_HEADERS_ENABLED)")
+    p.add_argument("--limit-limit-header", type=_header_name, metavar="NAME",
+                   help="its limit header (default RateLimit-Limit; env LIMIT_LIMIT_HEADER)")
+    p.add_argument("--limit-remaining-header", type=_header_name, metavar="NAME",
+                   help="its remaining header (default RateLimit-Remaining; env "
+                        "LIMIT_REMAINING_HEADER)")
+    p.add_argument("--limit-reset-header", type=_header_name, metavar="NAME",
+                   help="its reset header, in seconds (default RateLimit-Reset; env "
+                        "LIMIT_RESET_HEADER)")
     p.add_argument("--workers", type=_workers, default=1, metavar="N",
                    help="N service processes on the same ports (SO_REUSEPORT; the kernel "
                         "spreads connections over them); needs a shared store (redis://...)")
@@ -132,6 +190,7 @@ def add_serve(p: argparse.ArgumentParser) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     try:
+        from ._grpc import LimitHeaders  # noqa: PLC0415
         from ._grpc_ops import TlsConfigError  # noqa: PLC0415
         from ._logging import setup_logging  # noqa: PLC0415
         from ._model import PolicyError  # noqa: PLC0415
@@ -149,6 +208,11 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.no_http and args.no_grpc and args.http_unix is None and args.grpc_unix is None:
         print("ratekeeper serve: --no-http and --no-grpc leave nothing to serve",
               file=sys.stderr)
+        return 2
+    try:
+        header_names = _limit_header_names(args, os.environ)
+    except ValueError as e:
+        print(f"ratekeeper serve: {e}", file=sys.stderr)
         return 2
     setup_logging(args.log_format, args.log_level)
     if args.workers > 1:
@@ -169,6 +233,7 @@ def run_serve(args: argparse.Namespace) -> int:
         require_store=args.require_store, store_timeout=args.store_timeout,
         grpc_tls_cert=args.grpc_tls_cert, grpc_tls_key=args.grpc_tls_key,
         grpc_tls_client_ca=args.grpc_tls_client_ca,
+        limit_headers=None if header_names is None else LimitHeaders(*header_names),
         http_unix=args.http_unix, grpc_unix=args.grpc_unix, reuse_port=args.reuse_port,
     )
     try:

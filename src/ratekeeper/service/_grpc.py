@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
@@ -52,6 +53,7 @@ from .proto.envoy.type.v3 import ratelimit_unit_pb2
 __all__ = [
     "METHOD",
     "SERVICE",
+    "LimitHeaders",
     "RateLimitServicer",
     "parse_request",
     "response_for",
@@ -139,8 +141,41 @@ def _rate_unit(lim: Limit) -> tuple[int, int]:
     return max(1, min(math.floor(per * _UNITS[-1][0]), UINT32_MAX)), _UNITS[-1][1]
 
 
-def response_for(result: CheckResult) -> rls_pb2.RateLimitResponse:
-    """The RateLimitResponse for a check result."""
+@dataclass(frozen=True, slots=True)
+class LimitHeaders:
+    """envoyproxy/ratelimit's response headers (its ``LIMIT_RESPONSE_HEADERS_ENABLED``), by
+    name: ``LIMIT_LIMIT_HEADER``, ``LIMIT_REMAINING_HEADER``, ``LIMIT_RESET_HEADER``; its
+    defaults are the ``RateLimit-*`` family, ``X-RateLimit-*`` names give the other one.
+
+    Sent instead of our ``RateLimit-Policy``/``RateLimit`` fields, for the descriptor closest
+    to its limit, as the Go service picks it: the status with the least ``limit_remaining``
+    among those with a ``current_limit`` (the first on a tie), an OVER_LIMIT one over any
+    (the last of them). Values: its ``requests_per_unit``, its ``limit_remaining`` and its
+    ``duration_until_reset`` in whole seconds."""
+
+    limit: str = "RateLimit-Limit"
+    remaining: str = "RateLimit-Remaining"
+    reset: str = "RateLimit-Reset"
+
+    def pick(self, resp: rls_pb2.RateLimitResponse) -> list[tuple[str, str]]:
+        chosen = None
+        least = UINT32_MAX
+        for st in resp.statuses:
+            if st.HasField("current_limit") and st.limit_remaining < least:
+                chosen, least = st, st.limit_remaining
+            if st.code == _OVER_LIMIT:
+                chosen, least = st, 0
+        if chosen is None:
+            return []
+        return [(self.limit, str(chosen.current_limit.requests_per_unit)),
+                (self.remaining, str(chosen.limit_remaining)),
+                (self.reset, str(chosen.duration_until_reset.seconds))]
+
+
+def response_for(result: CheckResult,
+                 limit_headers: LimitHeaders | None = None) -> rls_pb2.RateLimitResponse:
+    """The RateLimitResponse for a check result; with `limit_headers`, envoyproxy/ratelimit's
+    headers instead of ours."""
     resp = rls_pb2.RateLimitResponse(overall_code=_OK if result.allowed else _OVER_LIMIT)
     for s in result.statuses:
         st = resp.statuses.add()
@@ -167,7 +202,8 @@ def response_for(result: CheckResult) -> rls_pb2.RateLimitResponse:
         # Whole seconds, rounded up (a window ending in 29.75 s says 30, as the Go service's
         # whole-second arithmetic); the tolerance absorbs float noise (3600.0000000001).
         st.duration_until_reset.seconds = max(0, math.ceil(reset - 1e-6))
-    for name, value in result.headers():
+    headers = result.headers() if limit_headers is None else limit_headers.pick(resp)
+    for name, value in headers:
         resp.response_headers_to_add.add(key=name, value=value)
     return resp
 
@@ -184,8 +220,9 @@ def _label(s: DescriptorStatus, lim: Limit) -> str:
 class RateLimitServicer:
     """The ``RateLimitService`` implementation, on grpc.aio."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, limit_headers: LimitHeaders | None = None) -> None:
         self.service = service
+        self.limit_headers = limit_headers
 
     async def ShouldRateLimit(  # noqa: N802 (the protocol's method name)
         self, request: rls_pb2.RateLimitRequest | _Undecodable, context: Any
@@ -198,7 +235,7 @@ class RateLimitServicer:
             domain, descriptors, hits = parse_request(request)
             res = await self.service.engine.check(domain, descriptors, hits)
             result = "ok" if res.known_domain else "unknown_domain"
-            return response_for(res)
+            return response_for(res, self.limit_headers)
         except UnknownDomain as e:
             result = "unknown_domain"
             code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(e)
@@ -220,6 +257,7 @@ def grpc_address(host: str, port: int) -> str:
 
 async def start_grpc_server(service: Service, host: str, port: int | None, *,
                             max_message: int = DEFAULT_MAX_BODY, health: Any = None,
+                            limit_headers: LimitHeaders | None = None,
                             reflect: bool = True, credentials: Any = None,
                             unix: str | None = None,
                             reuse_port: bool = False) -> tuple[Any, int]:
@@ -235,7 +273,7 @@ async def start_grpc_server(service: Service, host: str, port: int | None, *,
     # What the generated add_RateLimitServiceServicer_to_server does, with a deserializer
     # that turns undecodable bytes into INVALID_ARGUMENT rather than UNKNOWN.
     handlers = {"ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
-        RateLimitServicer(service).ShouldRateLimit,
+        RateLimitServicer(service, limit_headers).ShouldRateLimit,
         request_deserializer=_deserialize,
         response_serializer=rls_pb2.RateLimitResponse.SerializeToString,
     )}

@@ -35,7 +35,7 @@ from ..stores._base import AsyncStore
 from ..stores._url import open_store as open_any_store
 from ..stores._urlforms import redact
 from ..stores.memory import MemoryStore
-from ._grpc import grpc_address, start_grpc_server
+from ._grpc import LimitHeaders, grpc_address, start_grpc_server
 from ._grpc_ops import SERVING, Health, TlsConfigError, server_credentials
 from ._http import JSON_CODEC, create_app
 from ._service import DEFAULT_MAX_BODY, PolicyHolder, Service, Watcher
@@ -86,6 +86,8 @@ class ServeOptions:
     grpc_unix: Path | None = None
     #: Seconds between the store probes behind the gRPC health service's status.
     health_interval: float = 1.0
+    #: envoyproxy/ratelimit's response headers, by name, instead of ours (None: ours).
+    limit_headers: LimitHeaders | None = None
     #: Share the TCP ports with other processes (SO_REUSEPORT): one of ``--workers N``.
     reuse_port: bool = False
 
@@ -140,14 +142,28 @@ def bind_tcp(host: str, port: int, *, reuse_port: bool = False) -> socket.socket
     return sock
 
 
-def bind_unix(path: Path) -> socket.socket:
-    """A bound unix listening socket at `path`. A socket file left by a previous run is
-    replaced; any other file there is refused (it is not ours to delete)."""
+def clear_stale_socket(path: Path) -> None:
+    """Remove a socket file a previous run left at `path`. Refuse a live one (another process
+    listens there: taking its path would silently cut it off) and any other file (it is not
+    ours to delete)."""
     if path.is_socket():
-        path.unlink()
-    elif path.exists():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # nobody listens: left behind
+            return
+        finally:
+            probe.close()
+        raise OSError(f"cannot listen on unix socket {path}: another process listens there")
+    if path.exists():
         raise OSError(f"cannot listen on unix socket {path}: a file that is not a socket is "
                       "there; remove it or choose another path")
+
+
+def bind_unix(path: Path) -> socket.socket:
+    """A bound unix listening socket at `path` (see `clear_stale_socket`)."""
+    clear_stale_socket(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind(str(path))
@@ -284,12 +300,12 @@ async def serve(options: ServeOptions, *,
             http_task = asyncio.create_task(http.serve(sockets=socks))
         if options.grpc_port is not None or options.grpc_unix is not None:
             if options.grpc_unix is not None:
-                if options.grpc_unix.is_socket():
-                    options.grpc_unix.unlink()  # left by a previous run
+                clear_stale_socket(options.grpc_unix)
                 unix_paths.append(options.grpc_unix)
             await health.update()
             grpc_server, gport = await start_grpc_server(
                 service, options.host, options.grpc_port, max_message=options.max_body,
+                limit_headers=options.limit_headers,
                 health=health, credentials=credentials, reuse_port=options.reuse_port,
                 unix=None if options.grpc_unix is None else str(options.grpc_unix))
             tasks.append(asyncio.create_task(health.run(stop)))
