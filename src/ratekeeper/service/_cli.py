@@ -32,8 +32,9 @@ __all__ = ["add_check", "add_serve", "run_check", "run_serve"]
 
 _SERVE_HELP = """\
 Run the decision service: an HTTP JSON API (POST /v1/check, GET /v1/policies, /healthz,
-/readyz, /metrics) and Envoy's rate limit gRPC protocol
-(envoy.service.ratelimit.v3.RateLimitService), deciding with the policies file.
+/readyz, /healthcheck, /metrics) and Envoy's rate limit gRPC protocol
+(envoy.service.ratelimit.v3.RateLimitService, with grpc.health.v1.Health and server
+reflection), deciding with the policies file.
 SIGHUP reloads the policies; SIGTERM/SIGINT shut down gracefully. See docs/service.md."""
 
 

@@ -12,7 +12,8 @@ ratekeeper unchanged:
 - response ``overall_code``, one ``DescriptorStatus`` per descriptor in request order
   (``code``, ``current_limit`` {requests_per_unit, unit, name}, ``limit_remaining``,
   ``duration_until_reset``), and ``response_headers_to_add``: the ``RateLimit-Policy`` /
-  ``RateLimit`` fields (plus ``Retry-After`` on OVER_LIMIT) that Envoy adds to the response.
+  ``RateLimit`` fields (plus ``Retry-After`` on OVER_LIMIT) that Envoy adds to the response,
+  or envoyproxy/ratelimit's three headers by name (`LimitHeaders`).
 
 Mirroring envoyproxy/ratelimit: an empty domain or an empty descriptor list is
 ``INVALID_ARGUMENT``; an unknown domain, a descriptor with no entries or one matching no rule

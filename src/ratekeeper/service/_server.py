@@ -4,9 +4,9 @@
 servers, then waits for a signal:
 
 - SIGHUP reloads the policies (a bad file is logged and the old policies stay);
-- SIGTERM or SIGINT shuts down gracefully: ``/readyz`` and ``/healthz`` turn 503, the
-  listeners stop accepting, calls in flight get up to `grace` seconds to finish, the store is
-  closed. A second SIGTERM/SIGINT stops at once.
+- SIGTERM or SIGINT shuts down gracefully: ``/readyz`` and ``/healthz`` turn 503 (and the
+  gRPC health service NOT_SERVING), the listeners stop accepting, calls in flight get up to
+  `grace` seconds to finish, the store is closed. A second SIGTERM/SIGINT stops at once.
 
 With ``watch > 0`` the policies file is also polled every `watch` seconds (mtime, size,
 inode) and reloaded when it changes. Ports may be 0 (the OS picks); the ``listening`` log line
