@@ -74,12 +74,15 @@ METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 
 class Service:
-    def __init__(self, policies: Path, store: str | None, workdir: Path) -> None:
+    def __init__(self, policies: Path, store: str | None, workdir: Path,
+                 workers: int = 1) -> None:
         self.log = workdir / f"service-{uuid.uuid4().hex[:6]}.log"
         args = [*CLI, "serve", "--config", str(policies), "--http-port", "0", "--grpc-port",
                 "0", "--log-level", "warning", "--grace", "1"]
         if store:
             args += ["--store", store, "--key-prefix", f"rk-bench-{uuid.uuid4().hex[:8]}:"]
+        if workers > 1:
+            args += ["--workers", str(workers)]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
         # The "listening" record is at info level: poll the ports instead.
@@ -90,7 +93,7 @@ class Service:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise SystemExit(f"service exited:\n{self.log.read_text()}")
-            ports = _listening_ports(self.proc.pid)
+            ports = set().union(*(_listening_ports(pid) for pid in self.pids()))
             if len(ports) >= 2:
                 http, grpc_ = _classify(sorted(ports))
                 if http and grpc_:
@@ -98,10 +101,22 @@ class Service:
             time.sleep(0.05)
         raise SystemExit(f"service did not listen within 30 s:\n{self.log.read_text()}")
 
+    def pids(self) -> list[int]:
+        """The process and its children (the workers of ``--workers N``)."""
+        pid = self.proc.pid
+        try:
+            kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            kids = []
+        return [pid, *map(int, kids)]
+
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+        total = 0.0
+        for pid in self.pids():
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+        return total
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -167,6 +182,7 @@ class Floor:
             raise SystemExit(f"the {kind} floor server did not start")
         self.port = int(line)
 
+    pids = Service.pids
     cpu_seconds = Service.cpu_seconds
     stop = Service.stop
 
@@ -416,6 +432,8 @@ def main() -> None:
     p.add_argument("--users", type=int, default=10_000, help="distinct keys")
     p.add_argument("--redis", default="auto", help="auto, none or a redis:// URL")
     p.add_argument("--only", default="", help="comma-separated scenario names")
+    p.add_argument("--workers", type=int, default=2,
+                   help="also run the Redis scenarios on `serve --workers N` (1: skip)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     # client mode (internal)
     p.add_argument("--client", choices=("http", "grpc"), help=argparse.SUPPRESS)
@@ -434,11 +452,13 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="rk-bench-"))
     policies = workdir / "policies.toml"
     policies.write_text(POLICIES)
-    stores: list[tuple[str, str | None]] = [("memory", None)]
+    stores: list[tuple[str, str | None, int]] = [("memory", None, 1)]
     try:
         redis_url = _redis(args.redis, stack)
         if redis_url:
-            stores.append(("redis", redis_url))
+            stores.append(("redis", redis_url, 1))
+            if args.workers > 1:
+                stores.append((f"redis-{args.workers}w", redis_url, args.workers))
         only = set(filter(None, args.only.split(",")))
         results: list[dict[str, Any]] = []
 
@@ -468,10 +488,10 @@ def main() -> None:
                   f"  errors {row['errors']}", file=sys.stderr)
 
         answers: dict[str, bytes] = {}
-        for store_name, url in stores:
+        for store_name, url, workers in stores:
             if only and not any(s.endswith(f"-{store_name}") for s in only):
                 continue
-            svc = Service(policies, url, workdir)
+            svc = Service(policies, url, workdir, workers)
             try:
                 answers.setdefault("http", _capture_http(svc.http_port))
                 answers.setdefault("grpc", _capture_grpc(svc.grpc_port))
