@@ -19,10 +19,10 @@ from ratekeeper import Decision, Limit, Limiter, MemoryStore
 from ratekeeper.algorithms import get
 from ratekeeper.cli import main
 from ratekeeper.testing import ManualClock
+from tests.conformance.check import compare
 
 CASES_DIR = Path(__file__).parent / "cases"
 CASE_FILES = sorted(CASES_DIR.glob("*.json"))
-TOL = 1e-3  # check.py: times agree within 1 ms
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -47,32 +47,7 @@ def as_output(d: Decision) -> dict[str, Any]:
     }
 
 
-# -- the comparison of ../shared/conformance/check.py, verbatim in meaning ------------------
-
-def _close(a: Any, b: Any) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return abs(float(a) - float(b)) <= TOL
-
-
-def compare(exp: dict[str, Any], got: dict[str, Any]) -> list[str]:
-    bad = []
-    if bool(got.get("allowed")) != exp["allowed"] or not isinstance(got.get("allowed"), bool):
-        bad.append(f"allowed {got.get('allowed')!r} != {exp['allowed']!r}")
-    if "remaining" in exp and got.get("remaining") != exp["remaining"]:
-        g = got.get("remaining")
-        if not (isinstance(g, (int, float)) and int(g) == g and int(g) == exp["remaining"]):
-            bad.append(f"remaining {g!r} != {exp['remaining']!r}")
-    for f in ("retry_after", "delay"):
-        if f in exp:
-            g = got.get(f)
-            if f == "delay" and exp[f] is None and g in (None, 0, 0.0) and not got.get("allowed"):
-                continue
-            if isinstance(g, str) and g.lower() in ("inf", "infinity"):
-                g = None
-            if not _close(exp[f], g):
-                bad.append(f"{f} {g!r} != {exp[f]!r}")
-    return bad
+# -- the comparison: the repository's checker itself (tests/conformance/check.py) ---------
 
 
 def assert_agrees(case: dict[str, Any], outs: list[dict[str, Any]]) -> None:
