@@ -268,10 +268,12 @@ class _RedisCore:
         self._breakers_lock = threading.Lock()
         self._breaker = self._new_breaker("cluster" if cluster else describe)
         self._deny = _DenyCache(deny_cache_size, clock=local_clock) if deny_cache else None
+        #: Every decision is one script call (one server, no deny cache): no plan needed.
+        self._single_call = not cluster and self._deny is None
         self.on_error = on_error
         self.stats = RedisStoreStats()
         self._describe = describe
-        self._params: dict[int, tuple[Limit, list[str], list[str]]] = {}
+        self._params: dict[int, tuple[Limit, list[str], list[str], str]] = {}
         self._client: Any = None  # the driver's redis-py client
 
     def __repr__(self) -> str:
@@ -286,17 +288,20 @@ class _RedisCore:
         """The Redis key holding `limit`'s state for `key`:
         ``{prefix}{<key>}:<limit name>:<algorithm tag>`` (the state means something only
         to its algorithm, so a limit that changes algorithm under its name starts fresh)."""
-        return f"{self.prefix}{{{_encode_key(key)}}}{_suffix(limit)}"
+        if "%" in key or "}" in key:
+            key = _encode_key(key)
+        return f"{self.prefix}{{{key}}}{self._encoded(limit)[3]}"
 
-    def _encoded(self, limit: Limit) -> tuple[Limit, list[str], list[str]]:
+    def _encoded(self, limit: Limit) -> tuple[Limit, list[str], list[str], str]:
         """`limit` as its algorithm's codec encodes it, cached per Limit object: (limit,
-        check.lua's id, p1, p2, p3; one.lua's p1, p2[, p3])."""
+        check.lua's id, p1, p2, p3; one.lua's p1, p2[, p3]; the state key's suffix)."""
         cached = self._params.get(id(limit))
         if cached is not None and cached[0] is limit:
             return cached
         codec: RedisCodec = ALGORITHMS[limit.algorithm].redis
         params = list(codec.params(limit))
-        entry = (limit, [str(codec.id), *params, *["0"] * (3 - len(params))], params)
+        entry = (limit, [str(codec.id), *params, *["0"] * (3 - len(params))], params,
+                 _suffix(limit))
         if len(self._params) > 10_000:
             self._params.clear()
         self._params[id(limit)] = entry

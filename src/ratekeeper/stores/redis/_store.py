@@ -230,6 +230,14 @@ class RedisStore(_RedisCore):
 
     def decide(self, checks: Sequence[Check], now: float,
                consume: bool = True) -> tuple[list[Decision], float]:
+        if self._single_call and checks:
+            # One server, no deny cache: any composite is one check.lua call (the plan's
+            # first case, without driving a plan: a composite's hot path).
+            ok, reply = self._attempt(self._check_call(checks, self._now_arg(now), consume))
+            if not ok:
+                raise reply
+            decisions, at, _ = self._parse_check(reply, checks)
+            return decisions, at
         return self._run(self._decide_cached_plan(checks, now, consume))
 
     def refund(self, checks: Sequence[Check], now: float, at: float) -> None:
