@@ -53,7 +53,6 @@ import yaml
 from .._errors import RateKeeperError
 from .._rates import Rate
 from .._types import ALGORITHMS, Limit
-from ._loader import _closest, _name_part, _name_problem
 from ._model import (
     ConfigIssue,
     Domain,
@@ -66,6 +65,7 @@ from ._model import (
     Settings,
     make_level,
 )
+from ._names import _closest, _name_part, _name_problem
 
 try:
     _Loader: Any = yaml.CSafeLoader

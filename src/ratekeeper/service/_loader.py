@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
-from urllib.parse import quote
 
 from .._errors import RateKeeperError
 from .._rates import parse_rate
@@ -41,6 +40,7 @@ from ._model import (
     Settings,
     make_level,
 )
+from ._names import _closest, _name_part, _name_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -53,12 +53,10 @@ __all__ = ["check_file", "load_policies", "parse_policies", "parse_policies_text
 DEFAULT_ALGORITHM = "fixed-window"
 _MAX_DOMAIN = 100
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9_.:@/+-]+$")
-#: Characters a state or rule name may carry as they are (everything else is %-encoded).
-_NAME_SAFE = "/:@!$&'()*+,;=.~-_#[]|^<>?`"
 
 
-def _name_part(s: str) -> str:
-    return quote(s, safe=_NAME_SAFE)
+
+
 
 
 def is_envoy_config(path: str | Path) -> bool:
@@ -592,12 +590,7 @@ def _rate_text(rate: object) -> str:
         return "?"
 
 
-def _name_problem(name: str) -> str | None:
-    if len(name) > 200:
-        return f"is {len(name)} characters long (at most 200, domain prefix included)"
-    if any(c in name for c in "{}\n\r\0 ") or not name.isprintable():
-        return "may not contain spaces, braces or control characters"
-    return None
+
 
 
 def _join(loc: str, key: str) -> str:
@@ -609,10 +602,3 @@ def _key_path(key: str) -> str:
     if key and re.fullmatch(r"[A-Za-z0-9_-]+", key):
         return key
     return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _closest(word: str, choices: Sequence[str]) -> str | None:
-    import difflib  # noqa: PLC0415 (only on the error path)
-
-    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)
-    return found[0] if found else None
