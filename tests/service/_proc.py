@@ -18,13 +18,16 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 START_TIMEOUT = 20.0
 
 #: The CLI as the console script runs it (``main()`` of ``ratekeeper.cli``).
 CLI = [sys.executable, "-c", "import sys; from ratekeeper.cli import main; sys.exit(main())"]
 
+
+
+T = TypeVar("T")
 
 class ServiceError(RuntimeError):
     pass
@@ -82,17 +85,22 @@ class ServiceProcess:
 
     def wait_for_line(self, needle: str, timeout: float = 10.0, after: int = 0) -> str:
         """The first log line (from character `after`) containing `needle` (any log format)."""
+        return self._wait(lambda: next((line for line in self.log_text()[after:].splitlines()
+                                        if needle in line), None),
+                          f"log line with {needle!r}", timeout)
+
+    def _wait(self, find: Callable[[], T | None], what: str, timeout: float) -> T:
+        """`find()`'s first non-None answer; the deadline only decides when to give up."""
         deadline = time.monotonic() + timeout
         while True:
-            for line in self.log_text()[after:].splitlines():
-                if needle in line:
-                    return line
+            found = find()
+            if found is not None:
+                return found
             if self.proc is not None and self.proc.poll() is not None:
                 raise ServiceError(f"service exited with {self.proc.returncode}:\n"
                                    f"{self.log_tail()}")
             if time.monotonic() > deadline:
-                raise ServiceError(f"no log line with {needle!r} within {timeout}s:\n"
-                                   f"{self.log_tail()}")
+                raise ServiceError(f"no {what} within {timeout}s:\n{self.log_tail()}")
             time.sleep(0.02)
 
     def records(self) -> list[dict[str, Any]]:
@@ -118,18 +126,8 @@ class ServiceProcess:
     def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 10.0,
                  after: int = 0) -> dict[str, Any]:
         """The first log record (from index `after`) matching `pred`, waiting up to `timeout`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for rec in self.records()[after:]:
-                if pred(rec):
-                    return rec
-            if self.proc is not None and self.proc.poll() is not None:
-                raise ServiceError(f"service exited with {self.proc.returncode}:\n"
-                                   f"{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise ServiceError(f"no matching log record within {timeout}s:\n"
-                                   f"{self.log_tail()}")
-            time.sleep(0.02)
+        return self._wait(lambda: next((rec for rec in self.records()[after:] if pred(rec)),
+                                       None), "matching log record", timeout)
 
     def send(self, sig: signal.Signals) -> None:
         assert self.proc is not None
