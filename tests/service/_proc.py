@@ -25,8 +25,6 @@ START_TIMEOUT = 20.0
 #: The CLI as the console script runs it (``main()`` of ``ratekeeper.cli``).
 CLI = [sys.executable, "-c", "import sys; from ratekeeper.cli import main; sys.exit(main())"]
 
-
-
 T = TypeVar("T")
 
 class ServiceError(RuntimeError):
