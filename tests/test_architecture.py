@@ -1,6 +1,7 @@
 """Dependencies point one way (docs/architecture.md, STYLE.md).
 
-    values < algorithms < stores < core, limiter < http, service < cli < the package's API
+    values < algorithms < stores < core, limiter < policy < http, service, replay < cli
+    < the package's API
 
 Every module of ``src/ratekeeper`` is read (``ast``, not imported): every ``import`` and
 ``from ... import`` statement, relative or absolute, at module level or inside a function or
@@ -36,14 +37,16 @@ ROOMS: dict[str, str] = {
     "ratekeeper.algorithms": "algorithms",
     "ratekeeper.stores": "stores",
     "ratekeeper.core": "core", "ratekeeper.limiter": "limiter",
+    "ratekeeper.policy": "policy",
     "ratekeeper.http": "http", "ratekeeper.service": "service",
+    "ratekeeper.replay": "replay",
     "ratekeeper.cli": "cli", "ratekeeper.__main__": "cli",
     "ratekeeper": "api",  # the package itself: the public API re-exports every layer
 }
 #: ... and the layer of each room, lowest first.
 LAYERS: dict[str, int] = {
-    "values": 0, "algorithms": 1, "stores": 2, "core": 3, "limiter": 3, "http": 4,
-    "service": 4, "cli": 5, "api": 6,
+    "values": 0, "algorithms": 1, "stores": 2, "core": 3, "limiter": 3, "policy": 4,
+    "http": 5, "service": 5, "replay": 5, "cli": 6, "api": 7,
 }
 #: Arrows allowed between two rooms of one layer: (importing room, imported module prefix).
 ACROSS: frozenset[tuple[str, str]] = frozenset({
