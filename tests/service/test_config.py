@@ -15,9 +15,9 @@ import pytest
 
 from ratekeeper._types import GLOBAL_KEY
 from ratekeeper.cli import main
+from ratekeeper.policy._keys import counter_key
+from ratekeeper.policy._loader import parse_policies_text
 from ratekeeper.service import Policies, PolicyError, check_file, load_policies, parse_policies
-from ratekeeper.service._keys import counter_key
-from ratekeeper.service._loader import parse_policies_text
 
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent

@@ -15,6 +15,9 @@ import pytest
 
 from ratekeeper import AsyncLimiter, Limit, StoreUnavailable
 from ratekeeper.core import FailurePolicy
+from ratekeeper.policy._engine import OVERRIDE_CACHE_SIZE
+from ratekeeper.policy._loader import parse_policies_text
+from ratekeeper.policy._model import Policies
 from ratekeeper.service import (
     Engine,
     InvalidRequest,
@@ -25,9 +28,7 @@ from ratekeeper.service import (
     load_policies,
     make_descriptor,
 )
-from ratekeeper.service._engine import OVERRIDE_CACHE_SIZE
-from ratekeeper.service._loader import parse_policies_text
-from ratekeeper.service._model import Policies
+from ratekeeper.service._service import result_headers
 from ratekeeper.service._stats import PrometheusStats
 from ratekeeper.stores._base import Check
 from ratekeeper.stores.memory import MemoryStore
@@ -181,7 +182,7 @@ async def test_global_and_domain_shadow_mode(where: str, service: str, domain: s
     outs = [await e.check("d", [desc(("user", "u"))]) for _ in range(5)]
     assert all(o.allowed for o in outs)
     assert outs[-1].statuses[0].outcome == "shadow_rejected"
-    assert outs[-1].headers() == []
+    assert result_headers(outs[-1]) == []
 
 
 @pytest.mark.parametrize(("failure", "allowed"), [("open", True), ("closed", False),
@@ -191,7 +192,7 @@ async def test_failure_policies(failure: str, allowed: bool,
     stats = Recorder()
     store = BrokenStore()
     e, _ = engine(policies(f'failure = "{failure}"'), store=store, stats=stats)
-    with caplog.at_level(logging.WARNING, "ratekeeper.service"):
+    with caplog.at_level(logging.WARNING, "ratekeeper"):
         r = await e.check("d", [desc(("user", "u"))])
         await e.check("d", [desc(("user", "u"))])
     assert r.allowed is allowed and r.degraded
@@ -271,7 +272,7 @@ def test_holder_swaps_good_files_and_keeps_the_old_on_bad_ones(
     assert holder().generation == 2 and holder().domains["d"].description == "v2"
 
     path.write_text("[domains.d]\n")  # invalid: no descriptors
-    with caplog.at_level(logging.ERROR, "ratekeeper.service"):
+    with caplog.at_level(logging.ERROR, "ratekeeper"):
         assert holder.poll() is False
     assert holder().generation == 2 and holder.last_error is not None
     assert "a domain needs descriptors" in holder.last_error
@@ -493,7 +494,7 @@ def test_the_watch_polls_once_per_period_of_its_clock_and_stamps_reloads(
     assert not watch.tick()  # the same instant: the next poll is due at t=10
     # t=10: a bad file is read once and rejected; the polls at t=15..35 leave it alone.
     path.write_text("[domains.d]\n")
-    with caplog.at_level(logging.DEBUG, "ratekeeper.service"):
+    with caplog.at_level(logging.DEBUG, "ratekeeper"):
         for t in (10.0, 15.0, 20.0, 25.0, 30.0, 35.0):
             clock.set(t)
             assert watch.tick()

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from ratekeeper.cli import main
+from ratekeeper.policy._engine import CheckResult
+from ratekeeper.policy._envoy_config import load_envoy_config, parse_envoy_config
+from ratekeeper.policy._model import Policies, PolicyError
 from ratekeeper.service import Engine, check_file, load_policies, make_descriptor
-from ratekeeper.service._engine import CheckResult
-from ratekeeper.service._envoy_config import load_envoy_config, parse_envoy_config
-from ratekeeper.service._model import Policies, PolicyError
 from ratekeeper.stores.memory import MemoryStore
 from ratekeeper.testing import ManualClock
 

@@ -16,9 +16,9 @@ import grpc
 import httpx
 import pytest
 
+from ratekeeper.policy._loader import parse_policies_text
 from ratekeeper.service import Engine, UnknownDomain
 from ratekeeper.service._grpc import parse_request, response_for
-from ratekeeper.service._loader import parse_policies_text
 from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from ratekeeper.stores.memory import MemoryStore
 from ratekeeper.testing import ManualClock

@@ -27,9 +27,9 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
+from ratekeeper.policy._loader import parse_policies_text
 from ratekeeper.service import Engine
 from ratekeeper.service._grpc import LimitHeaders, parse_request, response_for
-from ratekeeper.service._loader import parse_policies_text
 from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2
 from ratekeeper.stores.memory import MemoryStore
 from ratekeeper.testing import ManualClock

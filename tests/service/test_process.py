@@ -174,7 +174,7 @@ def test_a_rejected_reload_logs_every_error_in_text_format(tmp_path: Path) -> No
         svc.wait_for_line("NOT reloaded", after=n)
         svc.wait_for_line("has no limits", after=n)  # the last error of the two
         text = svc.log_text()[n:]
-    assert "ERROR ratekeeper.service: policies NOT reloaded: 2 error(s)" in text
+    assert "ERROR ratekeeper.policy: policies NOT reloaded: 2 error(s)" in text
     assert ("domains.r.descriptors[0].limits[0].algorithm: unknown algorithm 'fixed_window'"
             in text)
     assert "domains.r.descriptors[1] (ip): has no limits" in text

@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from ._engine import (
+from ..policy._engine import (
     CheckResult,
     DescriptorRequest,
     DescriptorStatus,
@@ -34,10 +34,12 @@ from ._engine import (
     UnknownDomain,
     make_descriptor,
 )
-from ._loader import check_file, load_policies, parse_policies
-from ._model import ConfigIssue, Domain, Policies, PolicyError, PolicyLimit, Rule, Settings
-from ._service import PolicyHolder, Service, Watcher
-from ._stats import NullStats, PrometheusStats, Stats
+from ..policy._holder import PolicyHolder, Watcher
+from ..policy._loader import check_file, load_policies, parse_policies
+from ..policy._model import ConfigIssue, Domain, Policies, PolicyError, PolicyLimit, Rule, Settings
+from ..policy._stats import NullStats, Stats
+from ._service import Service
+from ._stats import PrometheusStats
 
 if TYPE_CHECKING:
     from ._grpc import RateLimitServicer

@@ -25,8 +25,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from ._loader import check_file
-from ._model import ConfigIssue
+from ..policy._loader import check_file
+from ..policy._model import ConfigIssue
 
 __all__ = ["add_check", "add_serve", "run_check", "run_serve"]
 
@@ -191,10 +191,10 @@ def add_serve(p: argparse.ArgumentParser) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     try:
+        from ..policy._model import PolicyError  # noqa: PLC0415
         from ._grpc import LimitHeaders  # noqa: PLC0415
         from ._grpc_ops import TlsConfigError  # noqa: PLC0415
         from ._logging import setup_logging  # noqa: PLC0415
-        from ._model import PolicyError  # noqa: PLC0415
         from ._server import (  # noqa: PLC0415
             EXAMPLE_POLICIES,
             ServeOptions,

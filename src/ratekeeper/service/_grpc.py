@@ -37,7 +37,7 @@ import grpc  # type: ignore[import-untyped]
 
 from .._rates import parse_rate
 from .._types import Limit
-from ._engine import (
+from ..policy._engine import (
     UNIT_SECONDS,
     CheckResult,
     DescriptorRequest,
@@ -47,7 +47,7 @@ from ._engine import (
     UnknownDomain,
     make_descriptor,
 )
-from ._service import DEFAULT_MAX_BODY, Service
+from ._service import DEFAULT_MAX_BODY, Service, result_headers
 from .proto.envoy.service.ratelimit.v3 import rls_pb2
 from .proto.envoy.type.v3 import ratelimit_unit_pb2
 
@@ -203,7 +203,7 @@ def response_for(result: CheckResult,
         # Whole seconds, rounded up (a window ending in 29.75 s says 30, as the Go service's
         # whole-second arithmetic); the tolerance absorbs float noise (3600.0000000001).
         st.duration_until_reset.seconds = max(0, math.ceil(reset - 1e-6))
-    headers = result.headers() if limit_headers is None else limit_headers.pick(resp)
+    headers = result_headers(result) if limit_headers is None else limit_headers.pick(resp)
     for name, value in headers:
         resp.response_headers_to_add.add(key=name, value=value)
     return resp

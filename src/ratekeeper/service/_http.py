@@ -47,7 +47,7 @@ from starlette.routing import Route
 from .._json import decision_json
 from .._types import Decision
 from ..http.headers import PROBLEM_CONTENT_TYPE, problem_body
-from ._engine import (
+from ..policy._engine import (
     MAX_DESCRIPTORS,
     CheckResult,
     DescriptorRequest,
@@ -58,7 +58,7 @@ from ._engine import (
     check_text,
     make_descriptor,
 )
-from ._service import Service
+from ._service import Service, result_headers
 from ._stats import PrometheusStats
 
 __all__ = ["create_app", "parse_check", "result_json"]
@@ -227,7 +227,7 @@ def result_json(r: CheckResult) -> dict[str, Any]:
         "code": "OK" if r.allowed else "OVER_LIMIT",
         "domain": r.domain,
         "decision": _decision(r.decision),
-        "headers": dict(r.headers()),
+        "headers": dict(result_headers(r)),
         "statuses": [_status_json(s) for s in r.statuses],
         "degraded": r.degraded,
         "generation": r.generation,

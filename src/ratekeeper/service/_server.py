@@ -31,6 +31,7 @@ from typing import Any
 import uvicorn
 
 from .._errors import RateKeeperError
+from ..policy._holder import PolicyHolder, Watcher
 from ..stores._base import AsyncStore
 from ..stores._url import open_store as open_any_store
 from ..stores._urlforms import redact
@@ -38,7 +39,7 @@ from ..stores.memory import MemoryStore
 from ._grpc import LimitHeaders, grpc_address, start_grpc_server
 from ._grpc_ops import SERVING, Health, TlsConfigError, server_credentials
 from ._http import JSON_CODEC, create_app
-from ._service import DEFAULT_MAX_BODY, PolicyHolder, Service, Watcher
+from ._service import DEFAULT_MAX_BODY, Service
 from ._stats import PrometheusStats
 
 __all__ = ["ServeOptions", "StoreConfigError", "new_event_loop", "open_store", "run", "serve"]

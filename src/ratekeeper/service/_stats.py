@@ -1,4 +1,4 @@
-"""Service statistics: a small `Stats` protocol, a no-op one and a Prometheus one.
+"""Service statistics: the `Stats` protocol (`ratekeeper.policy._stats`) as Prometheus metrics.
 
 The decision engine and the transports report events through `Stats`; nothing else in the
 service knows about Prometheus (envoyproxy/ratelimit keeps its stats pluggable the same way).
@@ -10,50 +10,11 @@ domains (which a client could invent) are counted without a domain label.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
+
+from ..policy._stats import NullStats, Stats
 
 __all__ = ["NullStats", "PrometheusStats", "Stats"]
-
-
-class Stats(Protocol):
-    """What the service reports. Every method must be cheap and must not raise."""
-
-    def decision(self, domain: str, rule: str, policy: str, outcome: str) -> None:
-        """One descriptor decided: its `rule`, the `policy` (limit name) that decided, and
-        `outcome`: allowed, rejected, shadow_rejected, unlimited or unmatched."""
-
-    def store_call(self, seconds: float, error: str | None) -> None:
-        """One store round trip (`error`: the exception's class name, or None)."""
-
-    def failure_policy(self, policy: str) -> None:
-        """The store failed and the failure policy (open, closed, local) decided instead."""
-
-    def request(self, transport: str, result: str, seconds: float) -> None:
-        """One API call (`transport`: http or grpc; `result`: ok, invalid, unknown_domain,
-        too_large, disconnected, error)."""
-
-    def reload(self, ok: bool, generation: int) -> None:
-        """A policies (re)load finished."""
-
-
-class NullStats:
-    """Counts nothing."""
-
-    def decision(self, domain: str, rule: str, policy: str, outcome: str) -> None:
-        pass
-
-    def store_call(self, seconds: float, error: str | None) -> None:
-        pass
-
-    def failure_policy(self, policy: str) -> None:
-        pass
-
-    def request(self, transport: str, result: str, seconds: float) -> None:
-        pass
-
-    def reload(self, ok: bool, generation: int) -> None:
-        pass
-
 
 #: Store round trips: tens of microseconds in memory, a few hundred to Redis on a LAN.
 _STORE_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,

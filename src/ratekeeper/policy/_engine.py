@@ -51,7 +51,6 @@ from .._errors import InvalidCost, RateKeeperError, StoreError
 from .._rates import Rate
 from .._types import Decision, Limit
 from ..core import FailurePolicy, merge_decisions
-from ..http.headers import ratelimit_headers, rejection_headers
 from ..stores._base import AsyncStore, Check
 from ._keys import counter_key
 from ._model import Policies, PolicyLimit, Rule, drop_replaced
@@ -71,7 +70,7 @@ __all__ = [
     "make_descriptor",
 ]
 
-log = logging.getLogger("ratekeeper.service")
+log = logging.getLogger("ratekeeper.policy")
 
 #: Bounds on one request, so that no request can make the service do unbounded work.
 MAX_DESCRIPTORS = 64
@@ -176,16 +175,6 @@ class CheckResult(NamedTuple):
     generation: int = 0
     #: False when the domain is not in the policies (every descriptor is then unmatched).
     known_domain: bool = True
-
-    def headers(self) -> list[tuple[str, str]]:
-        """The response fields the caller should send its client (via `ratekeeper.http`)."""
-        d = self.decision
-        if d is None:
-            return []
-        if d.allowed:
-            return ratelimit_headers(d, legacy=self.legacy_headers, policies=self.policies)
-        return rejection_headers(d, legacy=self.legacy_headers, policies=self.policies,
-                                 content_type=False)
 
 
 def check_hits(value: object, what: str, *, allow_zero: bool = False) -> float:

@@ -1,0 +1,58 @@
+"""Policies as data: one model, loaded from one file, decided by one engine.
+
+The middleware (`ratekeeper.http`), the decision service (`ratekeeper.service`) and replay
+(`ratekeeper.replay`) all drive this package; none of them has limits, rules or matching of
+its own.
+
+- `_model`: an immutable `Policies` snapshot: domains, descriptor rule trees, limits, and
+  (`HTTPRules`) how an HTTP request becomes descriptors;
+- `_loader`: the TOML file (or a mapping) to a snapshot, every error located;
+  `_envoy_config`: envoyproxy/ratelimit's YAML files to the same snapshot;
+- `_engine`: `Engine.plan`: descriptors -> rules -> one atomic store call -> a status per
+  descriptor, as a core plan (sync and asyncio drivers run the same plan);
+- `_holder`: `PolicyHolder` (reload = swap a snapshot) and `Watcher` (poll on a clock);
+- `_keys`, `_names`: counter keys and the names the loaders check; `_stats`: the events
+  the engine reports.
+"""
+
+from __future__ import annotations
+
+from ._engine import (
+    CheckResult,
+    DescriptorRequest,
+    DescriptorStatus,
+    Engine,
+    InvalidRequest,
+    Override,
+    UnknownDomain,
+    make_descriptor,
+)
+from ._holder import PolicyHolder, Watcher
+from ._loader import check_file, load_policies, parse_policies
+from ._model import ConfigIssue, Domain, Policies, PolicyError, PolicyLimit, Rule, Settings
+from ._stats import NullStats, Stats
+
+__all__ = [
+    "CheckResult",
+    "ConfigIssue",
+    "DescriptorRequest",
+    "DescriptorStatus",
+    "Domain",
+    "Engine",
+    "InvalidRequest",
+    "NullStats",
+    "Override",
+    "Policies",
+    "PolicyError",
+    "PolicyHolder",
+    "PolicyLimit",
+    "Rule",
+    "Settings",
+    "Stats",
+    "UnknownDomain",
+    "Watcher",
+    "check_file",
+    "load_policies",
+    "make_descriptor",
+    "parse_policies",
+]
