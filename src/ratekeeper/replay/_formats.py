@@ -1,0 +1,516 @@
+"""Line formats: one text line -> one `LogEvent`, with no I/O.
+
+Each format has ``parse(line, lineno) -> LogEvent | None``: `None` for a line that is well
+formed but not a request (blank, comment), `BadLine` for one that cannot be read (its
+``reason`` is a short category for the tally, its ``why`` the message; ``skip=True`` marks a
+well-formed non-request such as nginx's ``"-"`` request line).
+
+- `LogFormat`: an nginx ``log_format`` string, compiled into one regular expression.
+  `COMBINED` and `COMMON` are the nginx/Apache formats of those names, written as nginx
+  formats (so one mechanism reads all three); they also accept Apache's ``\\"`` escapes and
+  ``-`` for zero bytes, and ignore extra fields after the standard ones.
+- `JsonFormat`: JSON Lines with configurable field names (dotted for nested objects).
+- `TraceFormat`: the ``{"t": ..., "key": ..., "cost": ...}`` traces of ``ratekeeper
+  simulate`` (examples/traces/), read by the simulator's rules.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+from .._errors import ConfigError
+from ._events import LogEvent
+from ._time import TimeCache, epoch_seconds
+
+__all__ = [
+    "COMBINED",
+    "COMMON",
+    "NGINX_COMBINED",
+    "NGINX_COMMON",
+    "BadLine",
+    "JsonFormat",
+    "LineFormat",
+    "LogFormat",
+    "TraceFormat",
+    "unescape",
+]
+
+
+class BadLine(Exception):
+    """A line that cannot become an event: `reason` (a category), `why` (for a person)."""
+
+    def __init__(self, reason: str, why: str, *, skip: bool = False) -> None:
+        super().__init__(why)
+        self.reason = reason
+        self.why = why
+        self.skip = skip
+
+
+class LineFormat(Protocol):
+    """What a reader needs of a format."""
+
+    name: str
+
+    def parse(self, line: str, lineno: int) -> LogEvent | None: ...
+
+
+# -- escapes ---------------------------------------------------------------------------------
+
+_ESC = re.compile(rb"\\(x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|.)", re.S)
+_SIMPLE = {b"n": b"\n", b"t": b"\t", b"r": b"\r", b"b": b"\b", b"f": b"\f"}
+
+
+def _esc(m: re.Match[bytes]) -> bytes:
+    g = m[1]
+    if len(g) == 3 and g[:1] == b"x":
+        return bytes((int(g[1:], 16),))
+    if len(g) == 5 and g[:1] == b"u":
+        return chr(int(g[1:], 16)).encode("utf-8", "replace")
+    return _SIMPLE.get(g, g)
+
+
+def unescape(s: str) -> str:
+    """Undo nginx's (``\\x22``, ``\\xC3\\xA9`` for UTF-8 bytes), nginx ``escape=json``
+    (``\\"``, ``\\u0001``) and Apache's (``\\"``, ``\\\\``) escapes; bytes that are not UTF-8
+    become U+FFFD."""
+    if "\\" not in s:
+        return s
+    b = _ESC.sub(_esc, s.encode("utf-8", "surrogateescape"))
+    return b.decode("utf-8", "replace")
+
+
+def _split_target(target: str) -> tuple[str, str | None]:
+    """A request target -> (path without query or fragment, host of an absolute form)."""
+    host = None
+    if target[:1] != "/" and "://" in target:  # absolute form, as sent to a proxy
+        rest = target.split("://", 1)[1]
+        cut = rest.find("/")
+        host, target = (rest, "/") if cut < 0 else (rest[:cut], rest[cut:])
+    q = target.find("?")
+    if q >= 0:
+        target = target[:q]
+    h = target.find("#")
+    if h >= 0:
+        target = target[:h]
+    return target, host
+
+
+def _request(req: str) -> tuple[str, str, str | None]:
+    """``GET /a?x=1 HTTP/1.1`` -> (method, path, host of an absolute target)."""
+    parts = req.split(" ")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+        if req in ("-", ""):
+            raise BadLine("no-request", "no request line (the client sent none)", skip=True)
+        raise BadLine("request", "request line is not 'METHOD TARGET PROTOCOL'")
+    method = parts[0]
+    if not method.isascii() or not method.isprintable():
+        raise BadLine("request", f"not an HTTP method: {method[:20]!r}")
+    path, host = _split_target(parts[1])
+    return method, path, host
+
+
+def _int(v: str | None, what: str, dash: int | None) -> int | None:
+    if v is None:
+        return None
+    if v == "-":
+        return dash
+    try:
+        return int(v)
+    except ValueError:
+        raise BadLine(what, f"{what} is not a number: {v[:20]!r}") from None
+
+
+def _opt(v: str | None) -> str | None:
+    return None if v is None or v in {"-", ""} else v
+
+
+# -- nginx log_format ------------------------------------------------------------------------
+
+#: The built-in nginx variables (core, http modules shipped with Debian's nginx).
+_NGINX_WORDS = """
+args binary_remote_addr body_bytes_sent bytes_sent connection connection_requests
+connection_time content_length content_type document_root document_uri host hostname https
+is_args limit_rate msec nginx_version pid pipe proxy_protocol_addr proxy_protocol_port
+proxy_protocol_server_addr proxy_protocol_server_port query_string realpath_root remote_addr
+remote_port remote_user request request_body request_body_file request_completion
+request_filename request_id request_length request_method request_time request_uri scheme
+server_addr server_name server_port server_protocol status time_iso8601 time_local
+tcpinfo_rtt tcpinfo_rttvar tcpinfo_snd_cwnd tcpinfo_rcv_space uri
+upstream_addr upstream_bytes_received upstream_bytes_sent upstream_cache_status
+upstream_connect_time upstream_header_time upstream_queue_time upstream_response_length
+upstream_response_time upstream_status realip_remote_addr realip_remote_port gzip_ratio
+limit_conn_status limit_req_status http2 http3 invalid_referer secure_link
+secure_link_expires date_gmt date_local fastcgi_script_name fastcgi_path_info
+geoip_country_code geoip_country_name geoip_city geoip_region geoip_org
+"""
+_NGINX_VARIABLES = frozenset(_NGINX_WORDS.split())
+_NGINX_PREFIXES = ("http_", "sent_http_", "sent_trailer_", "cookie_", "arg_",
+                   "upstream_http_", "upstream_cookie_", "upstream_trailer_", "ssl_",
+                   "jwt_", "geoip2_")
+
+#: Value patterns by variable, where the type is known (others: see `_pattern`).
+_TIME_LOCAL = r"\d{1,2}/[A-Za-z]{3}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4}"
+_TYPED = {
+    "time_local": _TIME_LOCAL,
+    "time_iso8601": r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?",
+    "msec": r"\d+(?:\.\d+)?",
+    "status": r"\d{3}|-",
+    "body_bytes_sent": r"\d+|-", "bytes_sent": r"\d+|-", "request_length": r"\d+|-",
+    "connection": r"\d+", "connection_requests": r"\d+", "pid": r"\d+",
+    "request_time": r"\d+(?:\.\d+)?|-",
+}
+_QUOTED = r'[^"\\]*(?:\\.[^"\\]*)*'  # nginx writes " as \x22, Apache as \"
+_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+#: nginx's predefined ``combined`` format (and ``common``, which Apache names so: the same
+#: without the two headers).
+NGINX_COMBINED = ('$remote_addr - $remote_user [$time_local] "$request" $status '
+                  '$body_bytes_sent "$http_referer" "$http_user_agent"')
+NGINX_COMMON = '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent'
+
+
+def _known(var: str) -> bool:
+    return var in _NGINX_VARIABLES or var.startswith(_NGINX_PREFIXES)
+
+
+def _header_name(var: str) -> str:
+    return var[5:].replace("_", "-").lower()
+
+
+class LogFormat:
+    """An nginx ``log_format`` string, compiled: reads the lines nginx writes with it.
+
+    `spec` is the format as in nginx.conf (the quoted parts joined, without the name):
+    ``'$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent
+    "$http_referer" "$http_user_agent" "$http_x_forwarded_for" $request_time'``. Its variables
+    become `LogEvent.fields` (named without ``$``) and:
+
+    - the time from ``$msec`` (most precise), else ``$time_iso8601``, else ``$time_local``
+      (at least one is required);
+    - client from ``$remote_addr``; method and path from ``$request`` (or
+      ``$request_method`` and ``$request_uri``/``$uri``); ``$status``; bytes from
+      ``$body_bytes_sent`` (else ``$bytes_sent``); host from ``$host``/``$http_host``/
+      ``$server_name``; every ``$http_<name>`` is a header (``user_agent``, ``referer`` too).
+
+    A variable between double quotes may hold anything but a bare quote (nginx escapes it);
+    one that is not may hold no space. A variable nginx does not define raises `ConfigError`
+    naming it: a variable your configuration makes (``map``, ``set``) goes in
+    `extra_variables`. `trailing=True` ignores whatever follows the format on a line
+    (``fields["rest"]``), as `COMBINED` and `COMMON` do.
+    """
+
+    __slots__ = ("_bytes", "_client", "_headers", "_host", "_match", "_method", "_path",
+                 "_quoted", "_request", "_status", "_time", "_time_kind", "_times", "name",
+                 "regex", "spec", "variables")
+
+    def __init__(self, spec: str, *, name: str = "log_format",
+                 extra_variables: Iterable[str] = (), trailing: bool = False) -> None:
+        if not isinstance(spec, str) or "$" not in spec:
+            raise ConfigError(f"log_format {spec!r} has no $variables: give the format as in "
+                              "nginx.conf, e.g. '$remote_addr [$time_local] \"$request\"'")
+        extra = frozenset(v.lstrip("$") for v in extra_variables)
+        self.spec, self.name = spec, name
+        parts: list[str] = []
+        names: list[str] = []
+        quoted: list[str] = []
+        pos = 0
+        for m in _VAR.finditer(spec):
+            var = m[1] or m[2]
+            if not (_known(var) or var in extra):
+                raise ConfigError(
+                    f"unknown nginx variable ${var} in log_format {spec!r} (at column "
+                    f"{m.start() + 1}): it is not one nginx defines; if your configuration "
+                    f"makes it (map, set), pass extra_variables=[{var!r}]")
+            parts.append(re.escape(spec[pos:m.start()]))
+            before, after = spec[m.start() - 1:m.start()], spec[m.end():m.end() + 1]
+            if before == '"' and after == '"':
+                pat = _QUOTED
+            elif var in _TYPED:
+                pat = _TYPED[var]
+            elif before == "[" and after == "]":
+                pat = r"[^\]]*"
+            else:
+                pat = r"\S*"
+            if var in names:  # a variable written twice: the first one names the field
+                parts.append(f"(?:{pat})")
+            else:
+                parts.append(f"(?P<{var}>{pat})")
+                names.append(var)
+                if pat is _QUOTED:
+                    quoted.append(var)
+            pos = m.end()
+        parts.append(re.escape(spec[pos:]))
+        tail = r"(?: (?P<rest>.*))?" if trailing else ""
+        self.regex = re.compile("".join(parts) + tail + r"\r?")
+        self._match = self.regex.fullmatch
+        self.variables: tuple[str, ...] = tuple(names)
+        self._quoted = tuple(quoted)
+        have = set(names)
+        self._time_kind, self._time = next(
+            ((k, v) for k, v in (("msec", "msec"), ("iso", "time_iso8601"),
+                                 ("clf", "time_local")) if v in have), ("", ""))
+        if not self._time:
+            raise ConfigError(f"log_format {spec!r} has no time: replay decides on the log's "
+                              "clock, so it needs $time_local, $time_iso8601 or $msec")
+
+        def first(*cands: str) -> str | None:
+            return next((c for c in cands if c in have), None)
+
+        self._client = first("remote_addr")
+        self._request = first("request")
+        self._method = first("request_method")
+        self._path = first("request_uri", "uri", "document_uri")
+        self._status = first("status")
+        self._bytes = first("body_bytes_sent", "bytes_sent")
+        self._host = first("host", "http_host", "server_name")
+        self._headers = tuple((v, _header_name(v)) for v in names if v.startswith("http_"))
+        self._times = TimeCache()
+
+    def __repr__(self) -> str:
+        return f"LogFormat({self.spec!r}, name={self.name!r})"
+
+    def parse(self, line: str, lineno: int) -> LogEvent | None:
+        m = self._match(line)
+        if m is None:
+            if not line.strip():
+                return None
+            raise BadLine("format", f"does not match the {self.name} format")
+        d: dict[str, str] = m.groupdict()
+        for k in self._quoted:
+            v = d[k]
+            if "\\" in v:
+                d[k] = unescape(v)
+        ts = d[self._time]
+        try:
+            kind = self._time_kind
+            t = (float(ts) if kind == "msec" else self._times.clf(ts) if kind == "clf"
+                 else self._times.iso(ts))
+        except ValueError as e:
+            raise BadLine("time", str(e)) from None
+        host = None
+        if self._request is not None:
+            method, path, host = _request(d[self._request])
+        else:
+            method = d[self._method] if self._method else ""
+            path = _split_target(d[self._path])[0] if self._path else ""
+        if self._host is not None:
+            host = _opt(d[self._host]) or host
+        if "rest" in d and d["rest"] is None:
+            del d["rest"]
+        headers = {h: v for k, h in self._headers if (v := d[k]) != "-"}
+        return LogEvent(
+            t, d[self._client] if self._client else "", method, path,
+            _int(d[self._status], "status", None) if self._status else None,
+            _int(d[self._bytes], "bytes", 0) if self._bytes else None,
+            headers.get("user-agent"), headers.get("referer"), host, headers, d, lineno)
+
+
+COMBINED = LogFormat(NGINX_COMBINED, name="combined", trailing=True)
+COMMON = LogFormat(NGINX_COMMON, name="common", trailing=True)
+
+
+# -- JSON Lines ------------------------------------------------------------------------------
+
+def _text(v: object) -> str:
+    if isinstance(v, str):
+        return v
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return ", ".join(_text(x) for x in v)
+    return str(v) if not isinstance(v, dict) else json.dumps(v)
+
+
+def _flatten(obj: Mapping[str, object], prefix: str, raw: dict[str, object]) -> None:
+    for k, v in obj.items():
+        key = prefix + k
+        if isinstance(v, dict):
+            _flatten(v, key + ".", raw)
+        else:
+            raw[key] = v
+
+
+Names = str | Sequence[str]
+
+
+def _names(v: Names) -> tuple[str, ...]:
+    return (v,) if isinstance(v, str) else tuple(v)
+
+
+class JsonFormat:
+    """JSON Lines: one object per line (nginx ``escape=json``, Caddy, Traefik, your app).
+
+    Each `LogEvent` attribute is read from the first of its field names the object has
+    (nested objects by dotted name: ``request.remote_ip``); the defaults below cover the
+    usual spellings. `time` is required; it may be epoch seconds, milliseconds or
+    microseconds (a number or numeric text; `time_unit` ``"auto"`` tells them apart by size,
+    or say ``"s"``, ``"ms"``, ``"us"``), ISO-8601 text (``2000-10-10T13:55:36Z``) or
+    ``$time_local`` text. `path` may carry a query (it is cut); `request` (a whole request
+    line) is used when `method`/`path` are missing. `headers` names an object of request
+    headers (values may be lists, as Caddy writes them); top-level ``http_<name>`` fields
+    are headers too. Every field is in `LogEvent.fields` as text.
+    """
+
+    __slots__ = ("_cols", "_times", "headers", "name", "time_unit")
+
+    def __init__(
+        self, *,
+        time: Names = ("time", "timestamp", "ts", "@timestamp", "msec", "time_iso8601",
+                       "time_local", "date"),
+        client: Names = ("remote_addr", "client", "client_ip", "remote_ip", "ip",
+                         "request.remote_ip", "request.client_ip"),
+        method: Names = ("method", "request_method", "request.method"),
+        path: Names = ("path", "uri", "request_uri", "url", "request.uri", "request.path"),
+        request: Names = ("request",),
+        status: Names = ("status", "status_code", "response.status"),
+        bytes: Names = ("bytes", "body_bytes_sent", "bytes_sent", "size", "response.size"),
+        user_agent: Names = ("user_agent", "http_user_agent", "agent"),
+        referer: Names = ("referer", "referrer", "http_referer"),
+        host: Names = ("host", "http_host", "server_name", "request.host"),
+        headers: str = "request.headers",
+        time_unit: str = "auto",
+    ) -> None:
+        if time_unit not in ("auto", "s", "ms", "us", "iso"):
+            raise ConfigError(f"time_unit {time_unit!r}: use auto, s, ms, us or iso")
+        self._cols = tuple(_names(x) for x in (time, client, method, path, request, status,
+                                                bytes, user_agent, referer, host))
+        if not self._cols[0]:
+            raise ConfigError("JsonFormat needs at least one time field name")
+        self.headers = headers
+        self.time_unit = time_unit
+        self.name = "jsonl"
+        self._times = TimeCache()
+
+    def __repr__(self) -> str:
+        return f"JsonFormat(time={self._cols[0]!r}, client={self._cols[1]!r})"
+
+    def parse(self, line: str, lineno: int) -> LogEvent | None:
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            if not line.strip():
+                return None
+            raise BadLine("json", f"not JSON ({e.args[0].split(':')[0]})") from None
+        if not isinstance(obj, dict):
+            raise BadLine("json", "not a JSON object")
+        raw: dict[str, object] = {}
+        _flatten(obj, "", raw)
+        (tk, ck, mk, pk, rk, sk, bk, uk, fk, hk) = self._cols
+
+        def get(keys: tuple[str, ...]) -> object:
+            for k in keys:
+                v = raw.get(k)
+                if v is not None:
+                    return v
+            return None
+
+        t = self._time(get(tk), tk)
+        hdrs: dict[str, str] = {}
+        prefix = self.headers + "."
+        for k, v in raw.items():
+            if k.startswith("http_"):
+                if v is not None and v not in {"-", ""}:  # nginx: "-", escape=json: ""
+                    hdrs[_header_name(k)] = _text(v)
+            elif k.startswith(prefix):
+                hdrs[k[len(prefix):].lower()] = _text(v)
+        fields = {k: _text(v) for k, v in raw.items()}
+        method, path, host = get(mk), get(pk), None
+        if method is None or path is None:
+            req = get(rk)
+            if isinstance(req, str):
+                m2, p2, host = _request(unescape(req))
+                method, path = method or m2, path or p2
+        if isinstance(path, str):
+            path, h2 = _split_target(path)
+            host = host or h2
+        ua, ref, hst = get(uk), get(fk), get(hk)
+        return LogEvent(
+            t, _text(get(ck) or ""), _text(method or ""), path if isinstance(path, str) else "",
+            self._number(get(sk), "status"), self._number(get(bk), "bytes"),
+            _opt(_text(ua)) if ua is not None else hdrs.get("user-agent"),
+            _opt(_text(ref)) if ref is not None else hdrs.get("referer"),
+            _opt(_text(hst)) if hst is not None else host, hdrs, fields, lineno)
+
+    def _time(self, v: object, names: tuple[str, ...]) -> float:
+        if v is None:
+            raise BadLine("time", f"no time field (looked for {', '.join(names)})")
+        try:
+            if isinstance(v, bool):
+                raise ValueError(f"time must be a number or text, got {v!r}")
+            if isinstance(v, (int, float)):
+                if self.time_unit == "iso":
+                    raise ValueError(f"time_unit is iso, got the number {v!r}")
+                return epoch_seconds(float(v), self.time_unit)
+            if isinstance(v, str):
+                if self.time_unit == "iso":
+                    return self._times.iso(v)
+                if self.time_unit != "auto":
+                    return epoch_seconds(float(v), self.time_unit)
+                return self._times.any(v)
+            raise ValueError(f"time must be a number or text, got {type(v).__name__}")
+        except ValueError as e:
+            raise BadLine("time", str(e)) from None
+
+    @staticmethod
+    def _number(v: object, what: str) -> int | None:
+        if v is None or v == "-":
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise BadLine(what, f"{what} is not a number: {v!r}")
+        try:
+            return int(v)
+        except ValueError:
+            raise BadLine(what, f"{what} is not a number: {str(v)[:20]!r}") from None
+
+
+# -- ratekeeper simulate traces --------------------------------------------------------------
+
+class TraceFormat:
+    """The JSON Lines traces ``ratekeeper simulate`` replays (examples/traces/):
+    ``{"t": seconds, "key": "client-a", "cost": 1}``, read by the simulator's rules: ``#``
+    lines are comments, a missing ``t`` is the previous event's (0 at first), a missing
+    ``key`` is ``"default"``, a missing ``cost`` is 1.
+
+    The key becomes `LogEvent.client`; ``fields`` has ``key`` and ``cost`` (as text). Method
+    and path are ``""``. One instance remembers the previous ``t``: use one per read.
+    """
+
+    __slots__ = ("_last_t", "name")
+
+    def __init__(self) -> None:
+        self.name = "trace"
+        self._last_t = 0.0
+
+    def parse(self, line: str, lineno: int) -> LogEvent | None:
+        s = line.strip()
+        if not s or s[0] == "#":
+            if s:
+                raise BadLine("comment", "comment", skip=True)
+            return None
+        try:
+            ev = json.loads(s)
+        except ValueError as e:
+            raise BadLine("json", f"not JSON ({e.args[0].split(':')[0]})") from None
+        if not isinstance(ev, dict):
+            raise BadLine("json", 'expected an object like {"t": 0.5, "key": "a"}')
+        t = ev.get("t", self._last_t)
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+            raise BadLine("time", f'"t" must be a finite number of seconds, got {t!r}')
+        key = ev.get("key", "default")
+        if isinstance(key, (int, float)) and not isinstance(key, bool):
+            key = str(key)
+        if not isinstance(key, str) or not key:
+            raise BadLine("field", f'"key" must be a non-empty string, got {key!r}')
+        cost = ev.get("cost", 1)
+        if (isinstance(cost, bool) or not isinstance(cost, (int, float))
+                or not math.isfinite(cost) or cost <= 0):
+            raise BadLine("field", f'"cost" must be a positive number, got {cost!r}')
+        self._last_t = t = float(t)
+        return LogEvent(t, key, "", "", None, None, None, None, None, {},
+                        {"key": key, "cost": _text(cost)}, lineno)

@@ -1,0 +1,263 @@
+"""Read access logs as a stream of `LogEvent` in time order, in constant memory.
+
+    with read_log("access.log.gz", "combined") as events:
+        for ev in events:
+            ...
+        print(events.stats.summary())
+
+The pieces, each usable alone (the line formats and `reorder` do no I/O):
+
+- a *source*: a path (``str``/``os.PathLike``; gzip'd or not, told by its first bytes, not
+  its name), ``"-"`` for standard input, or an open stream, binary (gzip'd or not) or text.
+  Bytes are read in 64 KiB chunks and decoded as UTF-8, undecodable bytes becoming U+FFFD;
+- a *format* (`_formats`): ``"combined"``, ``"common"``, ``"jsonl"``, ``"trace"``, any string
+  with a ``$`` (an nginx ``log_format``), or a `LogFormat`/`JsonFormat`/`TraceFormat`;
+- `reorder` (`_order`): events back in time order within `window` seconds.
+
+Nothing is fatal about a line: a malformed line (no match, a bad time, a truncated last line,
+a line over 1 MiB, a gzip stream that ends early) is counted in `ReadStats` with a few
+examples, and reading goes on (a broken gzip stream ends the input there).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import sys
+import zlib
+from collections.abc import Iterator
+from types import TracebackType
+from typing import IO, Union
+
+from .._errors import ConfigError
+from ._events import LogEvent, ReadStats
+from ._formats import COMBINED, COMMON, BadLine, JsonFormat, LineFormat, LogFormat, TraceFormat
+from ._order import check_order_options, reorder
+
+__all__ = ["FORMATS", "LogReader", "Source", "open_format", "read_log"]
+
+Source = Union[str, "os.PathLike[str]", IO[bytes], IO[str]]
+#: The format names `read_log` takes (besides an nginx ``log_format`` string).
+FORMATS = ("combined", "common", "jsonl", "trace")
+
+_CHUNK = 1 << 16
+#: A "line" longer than this is not a log line (a binary file, a missing newline): it is
+#: counted as malformed and skipped up to the next newline, so memory stays bounded.
+MAX_LINE = 1 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
+#: Stands for a line over MAX_LINE in the line stream (no format matches it).
+TOO_LONG = "\x00<a line over MAX_LINE bytes>"
+
+
+def open_format(fmt: str | LineFormat, *, extra_variables: tuple[str, ...] = ()) -> LineFormat:
+    """A format name (`FORMATS`), an nginx ``log_format`` string, or a format object -> a
+    format object. An unknown name raises `ConfigError` listing the choices."""
+    if not isinstance(fmt, str):
+        return fmt
+    if "$" in fmt:
+        return LogFormat(fmt, extra_variables=extra_variables)
+    if fmt == "combined":
+        return COMBINED
+    if fmt == "common":
+        return COMMON
+    if fmt in ("jsonl", "json"):
+        return JsonFormat()
+    if fmt == "trace":
+        return TraceFormat()  # stateful (previous t): a new one per read
+    raise ConfigError(f"unknown log format {fmt!r}: use one of {', '.join(FORMATS)}, or an "
+                      "nginx log_format string such as '$remote_addr [$time_local] "
+                      "\"$request\" $status'")
+
+
+class _Lines:
+    """The complete lines of a source, then `tail` (text after the last newline) and `error`
+    (why the input ended early, if it did)."""
+
+    def __init__(self, source: Source) -> None:
+        self.tail = ""
+        self.error: tuple[str, str] | None = None
+        self._close: IO[bytes] | IO[str] | None = None
+        self._binary: IO[bytes] | None = None
+        self._text: IO[str] | None = None
+        if isinstance(source, (str, os.PathLike)):
+            if source == "-":
+                stdin = sys.stdin
+                buf = getattr(stdin, "buffer", None)
+                if buf is not None:
+                    self._binary = self._ungzip(buf)
+                else:
+                    self._text = stdin
+            else:
+                f = open(source, "rb")  # noqa: SIM115 (closed by close())
+                self._close = f
+                self._binary = self._ungzip(f)
+        elif isinstance(source, io.TextIOBase):
+            self._text = source
+        else:
+            self._binary = self._ungzip(source)  # type: ignore[arg-type]
+
+    def _ungzip(self, f: IO[bytes]) -> IO[bytes]:
+        peek = getattr(f, "peek", None)
+        if peek is None:
+            buffered = io.BufferedReader(f)  # type: ignore[type-var]
+            f, peek = buffered, buffered.peek
+        head = peek(2)[:2]
+        if head == _GZIP_MAGIC:
+            return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+        return f
+
+    def close(self) -> None:
+        if self._binary is not None and isinstance(self._binary, gzip.GzipFile):
+            self._binary.close()  # does not close the file under it
+        if self._close is not None:
+            self._close.close()
+
+    def __iter__(self) -> Iterator[str]:
+        if self._text is not None:
+            return self._iter_text(self._text)
+        assert self._binary is not None
+        return self._iter_binary(self._binary)
+
+    def _iter_binary(self, f: IO[bytes]) -> Iterator[str]:
+        tail = b""
+        skipping = False  # inside a line over MAX_LINE, up to its newline
+        read = f.read
+        while True:
+            try:
+                chunk = read(_CHUNK)
+            except EOFError:
+                self.error = ("truncated", "the gzip stream ends early (truncated file)")
+                break
+            except (OSError, zlib.error) as e:
+                self.error = ("gzip", f"cannot read on: {e}")
+                break
+            if not chunk:
+                break
+            cut = chunk.rfind(b"\n")
+            if cut < 0:
+                if not skipping:
+                    tail += chunk
+                    if len(tail) > MAX_LINE:
+                        yield TOO_LONG
+                        tail, skipping = b"", True
+                continue
+            if skipping:
+                first = chunk.find(b"\n")
+                chunk, skipping = chunk[first + 1:], False
+                cut -= first + 1
+                tail = b""
+            if tail:
+                chunk = tail + chunk
+                cut += len(tail)
+            tail = chunk[cut + 1:]
+            if cut < 0:
+                continue
+            yield from chunk[:cut].decode("utf-8", "replace").split("\n")
+        if tail and not skipping:
+            self.tail = tail.decode("utf-8", "replace")
+
+    def _iter_text(self, f: IO[str]) -> Iterator[str]:
+        try:
+            for raw in f:
+                if raw[-1:] == "\n":
+                    yield raw[:-1]
+                else:
+                    self.tail = raw
+        except UnicodeDecodeError as e:
+            self.error = ("decode", f"the text stream cannot be decoded on: {e.reason}")
+
+
+class LogReader:
+    """An iterable of `LogEvent`, in time order, from one source; `stats` tallies the read.
+
+    Iterate it once. Use it as a context manager (or call `close`) to close a file it opened;
+    a stream it was given is left open. Options as `read_log`.
+    """
+
+    def __init__(self, source: Source, format: str | LineFormat = "combined", *,
+                 window: float = 2.0, late: str = "clamp", max_examples: int = 5,
+                 max_pending: int = 1_000_000, extra_variables: tuple[str, ...] = ()) -> None:
+        self.format = open_format(format, extra_variables=extra_variables)
+        check_order_options(window, late, max_pending)
+        self.stats = ReadStats(max_examples=max_examples)
+        self.window, self.late, self.max_pending = window, late, max_pending
+        self._lines = _Lines(source)
+        self._started = False
+
+    def __repr__(self) -> str:
+        return (f"<LogReader format={self.format.name} window={self.window} "
+                f"{self.stats.lines} lines>")
+
+    def __iter__(self) -> Iterator[LogEvent]:
+        if self._started:
+            raise RuntimeError("a LogReader is read once; open another for a second pass")
+        self._started = True
+        return reorder(self._parsed(), self.stats, window=self.window, late=self.late,
+                       max_pending=self.max_pending)
+
+    def _parsed(self) -> Iterator[LogEvent]:
+        stats, lines, parse = self.stats, self._lines, self.format.parse
+        n = 0
+        try:
+            for line in lines:
+                n += 1
+                stats.lines = n
+                try:
+                    ev = parse(line, n)
+                except BadLine as b:
+                    if line is TOO_LONG:
+                        stats.bad(n, "too-long", f"longer than {MAX_LINE} bytes: not a log "
+                                  "line (skipped to its newline)", "")
+                    elif b.skip:
+                        stats.skip(b.reason)
+                    else:
+                        stats.bad(n, b.reason, b.why, line)
+                    continue
+                if ev is None:
+                    stats.skip("blank")
+                    continue
+                yield ev
+            if lines.tail:
+                n += 1
+                stats.lines = n
+                try:
+                    ev = parse(lines.tail, n)
+                except BadLine as b:
+                    stats.bad(n, "truncated", f"the last line has no newline and {b.why}",
+                              lines.tail)
+                    ev = None
+                if ev is not None:
+                    yield ev
+            if lines.error is not None:
+                stats.bad(n + 1, *lines.error, "")
+        finally:
+            stats.lines = n
+
+    def close(self) -> None:
+        self._lines.close()
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def read_log(source: Source, format: str | LineFormat = "combined", *, window: float = 2.0,
+             late: str = "clamp", max_examples: int = 5, max_pending: int = 1_000_000,
+             extra_variables: tuple[str, ...] = ()) -> LogReader:
+    """Read `source` (a path, a gzip'd path, ``"-"`` for stdin, or a binary or text stream)
+    in `format` (``"combined"``, ``"common"``, ``"jsonl"``, ``"trace"``, an nginx
+    ``log_format`` string, or a format object) -> a `LogReader` of events in time order.
+
+    `window`: seconds a line may be older than the newest line before it and still be put
+    in order (nginx logs at request end; 0 turns reordering off). `late`: what to do with a
+    line older than that, ``"clamp"`` (to the last time handed out; the default) or
+    ``"drop"``. `max_examples`: malformed lines kept as examples in `ReadStats.examples`.
+    `extra_variables`: variables of your nginx configuration (map, set) a ``log_format`` may
+    use. Bad options raise `ConfigError` here; bad lines never raise.
+    """
+    return LogReader(source, format, window=window, late=late, max_examples=max_examples,
+                     max_pending=max_pending, extra_variables=extra_variables)
