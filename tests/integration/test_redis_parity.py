@@ -192,6 +192,31 @@ def test_server_time_is_read_exactly_without_formatting_it(standalone: StoreTarg
     assert standalone.admin.eval(script, 0) == [0, 200000]
 
 
+def test_general_scripts_answer_the_servers_time_as_whole_microseconds(
+        standalone: StoreTarget) -> None:
+    """check.lua and refund.lua on the server clock reply with TIME as an integer of
+    microseconds (formatting '<s>.<us>' cost more than a decision); the store reads it as the
+    `now` the pure functions decide at, and a refund at that instant gives everything back."""
+    from ratekeeper.stores._lua import CHECK, REFUND  # noqa: PLC0415
+
+    lim = Limit("sliding-window-counter", "5/s")
+    store = standalone.store(prefix=f"rk-parity-{uuid.uuid4().hex[:8]}:")
+    call = store._check_call([(lim, "a", 1.0)], "", True)
+    reply = standalone.admin.evalsha(CHECK.sha, 1, *call.keys, *call.args) \
+        if standalone.admin.script_exists(CHECK.sha)[0] \
+        else standalone.admin.eval(CHECK.text, 1, *call.keys, *call.args)
+    assert isinstance(reply[0], int) and reply[0] > 1_700_000_000 * 10**6, reply
+    (got,), at, admitted = store._parse_check(reply, [(lim, "a", 1.0)])
+    assert at == reply[0] / 1e6 and admitted
+    (want,), _ = MemoryStore().decide([(lim, "a", 1.0)], at)
+    assert got == want
+    refund = store._refund_call([(lim, "a", 1.0)], "", at)
+    back = standalone.admin.eval(REFUND.text, 1, *refund.keys, *refund.args)
+    assert isinstance(back, int) and back >= reply[0], back
+    assert store._parse_now(back) == back / 1e6
+    assert store.state(lim, "a") is None  # the refund at `at` gave the whole charge back
+
+
 @pytest.mark.parametrize("algorithm", ["gcra", "token-bucket"])
 def test_one_limit_server_clock_agrees_with_python(standalone: StoreTarget,
                                                   algorithm: str) -> None:

@@ -136,10 +136,12 @@ local function algorithm(id)
   return algo
 end
 
--- `now` as a decimal string and a number parsed from that same string. The caller gives it
--- (client clock), or it is the server's TIME written as "seconds.microseconds": either way
--- Python's float() of the string is exactly this number, so the `now` returned for a later
--- refund is the one the decision used, without a %.17g round trip.
+-- `now` as given and as a number. The caller gives it as a decimal string (client clock),
+-- or it is the server's TIME as whole microseconds (an integer, which the reply carries
+-- as one) and their number of seconds, (s * 10^6 + us) / 10^6: an integer below 2^53 divided
+-- by 10^6, rounded once, exactly tonumber('<s>.<us, 6 digits>') and Python's float() of it,
+-- without formatting that text (string.format costs more than the rest of a decision).
+-- Either way the `now` returned for a later refund is the one the decision used.
 local function clock(arg)
   if arg ~= '' then
     return arg, tonumber(arg)
@@ -148,6 +150,6 @@ local function clock(arg)
     redis.replicate_commands()  -- Redis < 7: replicate effects, so TIME may precede writes
   end
   local t = redis.call('TIME')
-  local text = string.format('%s.%06d', t[1], t[2])
-  return text, tonumber(text)
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return us, us / 1000000
 end

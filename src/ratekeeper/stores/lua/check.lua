@@ -15,7 +15,8 @@
 -- Reply:    {now, admitted (1 when every limit admitted), then five values per limit:
 --            allowed (0/1), remaining (integer), retry_after (seconds, string; nil = never),
 --            reset_after (seconds, string), delay (seconds, string)}.
---           `now` is the time decided at (string), which a later refund needs as `at`.
+--           `now` is the time decided at, which a later refund needs as `at`: ARGV[1] as given,
+--           or (server clock) TIME as whole microseconds, an integer.
 -- Writes:   only when ARGV[2] is "1" and every limit admits; every key written gets PEXPIRE
 --           from its algorithm's ttl (ceil to ms, plus ARGV[4], at least ARGV[3]).
 

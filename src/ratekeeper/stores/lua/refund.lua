@@ -5,12 +5,12 @@
 --
 -- KEYS[i]   the state key of limit i (on a cluster all keys share one hash slot).
 -- ARGV[1]   now: seconds as a decimal string (client clock), or "" for the server clock.
--- ARGV[2]   at: the `now` the charge was decided at (seconds, decimal string, as check
---           returned it).
+-- ARGV[2]   at: the `now` the charge was decided at (seconds, decimal string; check.lua
+--           returned it, as text or as whole microseconds).
 -- ARGV[3]   minimum key expiry, whole milliseconds >= 1.
 -- ARGV[4]   grace, whole milliseconds >= 0, added to every expiry (as for check.lua).
 -- ARGV[5 + 5*(i-1) ..]   limit i: algorithm id, cost, p1, p2, p3 (as for check.lua).
--- Reply:    now (string). Each key is rewritten with a fresh PEXPIRE, deleted when the
+-- Reply:    now (ARGV[1] as given, or TIME as whole microseconds, an integer). Each key is rewritten with a fresh PEXPIRE, deleted when the
 --           refund leaves it equal to a missing key, or left alone when absent.
 
 local now_text, now = clock(ARGV[1])

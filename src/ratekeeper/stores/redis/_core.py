@@ -329,10 +329,20 @@ class _RedisCore:
         return out
 
     def _check_call(self, checks: Sequence[Check], now_arg: str, consume: bool) -> _Call:
-        keys = [self.state_key(limit, key) for limit, key, _ in checks]
-        n, m, g = self._time_args(now_arg)
-        return _Call(CHECK, keys, [n, "1" if consume else "0", m, g,
-                                   *self._limits_args(checks)])
+        # state_key and _limits_args inlined: this runs on every composite decision
+        prefix, params, encoded = self.prefix, self._params, self._encoded
+        keys: list[str] = []
+        args = [now_arg, "1" if consume else "0", self._min_ms,
+                self._grace_ms if now_arg else "0"]
+        for limit, key, cost in checks:
+            e = params.get(id(limit))
+            if e is None or e[0] is not limit:
+                e = encoded(limit)
+            keys.append(prefix + "{" + (_encode_key(key) if "%" in key or "}" in key else key)
+                        + "}" + e[3])
+            algo_id, p1, p2, p3 = e[1]
+            args += (algo_id, "1" if cost == 1 else repr(cost), p1, p2, p3)
+        return _Call(CHECK, keys, args)
 
     def _refund_call(self, checks: Sequence[Check], now_arg: str, at: float) -> _Call:
         keys = [self.state_key(limit, key) for limit, key, _ in checks]
@@ -385,26 +395,31 @@ class _RedisCore:
         self, reply: Any, checks: Sequence[Check]
     ) -> tuple[list[Decision], float, bool]:
         n = len(checks)
-        if not isinstance(reply, list) or len(reply) != 2 + 5 * n:
+        if reply.__class__ is not list or len(reply) != 2 + 5 * n:
             raise _bad_reply("the check script", reply)
-        now = _float(reply[0], "the check script", reply)
         admitted = reply[1]
-        if admitted not in (0, 1):
-            raise _bad_reply("the check script", reply)
         out: list[Decision] = []
-        for i in range(n):
-            allowed, remaining, retry, reset, delay = reply[2 + 5 * i: 7 + 5 * i]
-            if allowed not in (0, 1) or not isinstance(remaining, int) or remaining < 0:
-                raise _bad_reply("the check script", reply)
-            out.append(Decision(
-                allowed == 1,
-                remaining,
-                None if retry is None else _float(retry, "the check script", reply),
-                _float(reset, "the check script", reply),
-                _float(delay, "the check script", reply),
-                checks[i][0],
-            ))
-        return out, now, admitted == 1
+        try:
+            now = reply[0]  # whole microseconds (server clock), or the caller's text
+            now = now / 1e6 if now.__class__ is int else float(now)
+            check = now
+            for i in range(n):
+                allowed, remaining, retry, reset, delay = reply[2 + 5 * i: 7 + 5 * i]
+                if allowed not in (0, 1) or remaining.__class__ is not int or remaining < 0 \
+                        or reset.__class__ not in _TEXT or delay.__class__ not in _TEXT:
+                    break
+                retry_after = None if retry is None else float(retry)
+                reset_after, wait = float(reset), float(delay)
+                check += reset_after + wait + (retry_after or 0.0)
+                # one C call, not Decision's Python-level __new__ (see `new_decision`)
+                out.append(new_decision(Decision, (allowed == 1, remaining, retry_after,
+                                                   reset_after, wait, checks[i][0], False)))
+            else:
+                if admitted in (0, 1) and math.isfinite(check):
+                    return out, now, admitted == 1
+        except (TypeError, ValueError):
+            pass
+        raise _bad_reply("the check script", reply)
 
     @staticmethod
     def _parse_one(reply: Any, limit: Limit) -> Decision:
@@ -413,6 +428,8 @@ class _RedisCore:
 
     @staticmethod
     def _parse_now(reply: Any) -> float:
+        if reply.__class__ is int:  # whole microseconds (server clock)
+            return float(reply / 1e6)
         return _float(reply, "the refund script", reply)
 
     def _parse_state(self, limit: Limit, kind: str, raw: list[Any]) -> Any:

@@ -24,7 +24,7 @@ import redis.exceptions as rex
 from ..._errors import ConfigError, StoreUnavailable
 from ..._types import Decision, Limit
 from .._base import Check
-from .._lua import ONE
+from .._lua import CHECK, ONE
 from ._client import (
     _asyncio_timeout,
     _check_timeout,
@@ -40,6 +40,7 @@ from ._core import (
     _advance,
     _Call,
     _encode_key,
+    _fmt,
     _Outcome,
     _Plan,
     _RedisCore,
@@ -230,12 +231,30 @@ class RedisStore(_RedisCore):
 
     def decide(self, checks: Sequence[Check], now: float,
                consume: bool = True) -> tuple[list[Decision], float]:
-        if self._single_call and checks:
+        client = self._client
+        if self._single_call and checks and client is not None:
             # One server, no deny cache: any composite is one check.lua call (the plan's
-            # first case, without driving a plan: a composite's hot path).
-            ok, reply = self._attempt(self._check_call(checks, self._now_arg(now), consume))
-            if not ok:
-                raise reply
+            # first case, without driving a plan: a composite's hot path), sent as `bind`'s
+            # is, with the breaker read through `clean` while nothing is wrong.
+            call = self._check_call(checks, _fmt(now) if self.uses_client_clock else "",
+                                    consume)
+            breaker = self._breaker
+            if not breaker.clean:
+                self._short_circuit(breaker)
+            stats = self.stats
+            try:
+                stats.calls += 1
+                try:
+                    reply = client.execute_command("EVALSHA", CHECK.sha, len(call.keys),
+                                                   *call.keys, *call.args)
+                except rex.NoScriptError:
+                    stats.noscript_reloads += 1
+                    stats.calls += 1
+                    reply = client.eval(CHECK.text, len(call.keys), *call.keys, *call.args)
+            except Exception as e:
+                raise self._failed(breaker, e) from e
+            if not breaker.clean:
+                breaker.success()
             decisions, at, _ = self._parse_check(reply, checks)
             return decisions, at
         return self._run(self._decide_cached_plan(checks, now, consume))
