@@ -17,7 +17,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from ._client import APIKey, ClientIP, KeyFunc, RequestInfo, User, safe_key
+from ..policy._request import APIKey, ClientIP, KeyFunc, RequestInfo, User, safe_key
 from ._policy import HTTPPolicy, Outcome, Plan, Route, compile_path
 from .headers import (
     PROBLEM_CONTENT_TYPE,

@@ -27,17 +27,35 @@ import http
 import ipaddress
 import logging
 import math
+import os
 import re
+import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypedDict, TypeVar, cast
+from pathlib import Path
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    cast,
+)
 
 from .. import core
 from .._errors import StoreError
 from .._types import Decision, Limit
 from ..core import Failure, Limits, Op, Ticket, merge_decisions
+from ..policy._engine import Engine
+from ..policy._holder import PolicyHolder, Watcher
+from ..policy._http import HTTPCheck, HTTPRules, PathPattern, compile_path
+from ..policy._loader import load_policies
+from ..policy._model import ConfigIssue, Policies, PolicyError
+from ..policy._request import ClientIP, IPNetwork, KeyFunc, RequestInfo, safe_key
 from ..stores import MemoryStore
-from ._client import ClientIP, IPNetwork, KeyFunc, RequestInfo, safe_key
 from .headers import (
     problem_body,
     ratelimit_headers,
@@ -63,42 +81,7 @@ HTTP_FAILURE_POLICIES: tuple[HTTPFailurePolicy, ...] = ("open", "closed", "local
 
 log = logging.getLogger("ratekeeper.http")
 
-PathPattern = str | re.Pattern[str]
 Cost = float | Callable[[RequestInfo], float]
-
-_PARAM = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*(?::path)?\}")
-
-
-def compile_path(pattern: PathPattern) -> re.Pattern[str]:
-    """A path pattern as an anchored regular expression.
-
-    - ``"/health"``: exactly that path;
-    - ``"/items/{id}"``: one segment per ``{name}`` (``{name:path}`` spans segments);
-    - ``"/static/*"``: ``*`` is any run of characters within a segment, ``**`` any run at all
-      (``"/api/**"`` is everything under /api/);
-    - a compiled ``re.Pattern`` is used as is (with ``fullmatch``).
-    """
-    if isinstance(pattern, re.Pattern):
-        return pattern
-    if not isinstance(pattern, str) or not pattern.startswith("/"):
-        raise ValueError(f"a path pattern must be a string starting with '/', got {pattern!r}")
-    out = []
-    i = 0
-    while i < len(pattern):
-        m = _PARAM.match(pattern, i)
-        if m:
-            out.append(".+" if m.group().endswith(":path}") else "[^/]+")
-            i = m.end()
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out), re.DOTALL)
 
 
 def _limits(limits: Limit | Sequence[Limit], where: str) -> tuple[Limit, ...]:
@@ -428,49 +411,150 @@ class _Engine:
 
     def outcome(self, plan: Plan, d: Decision) -> Outcome:
         p = self.policy
-        req = plan.request
-        headers = ratelimit_headers(d, legacy=p.legacy_headers, policies=plan.limits)
-        if d.degraded:
-            self.stats["degraded"] += 1
-            if p.degraded_header:
-                headers.append((p.degraded_header, self.failure.policy))
-        refund = False
-        if d.allowed and p.max_delay is not None and d.delay > p.max_delay:
-            # Queued too long: reject now; retrying once the queue has drained enough works.
-            d = d._replace(allowed=False, retry_after=d.delay - p.max_delay, delay=0.0)
-            refund = plan.reserve
-            headers = ratelimit_headers(d, legacy=p.legacy_headers, policies=plan.limits)
-        if d.allowed:
-            verdict = "delayed" if d.delay > 0 else "allowed"
-            out = Outcome("pass", d, headers, delay=d.delay)
-            if plan.dry_run and d.delay > 0:
-                verdict = "shadow-delayed"
-                out = Outcome("pass", d, headers)
-        elif plan.dry_run:
-            verdict = "shadow-rejected"
-            log.info(
-                "dry run: would reject %s %s for key %r: %r",
-                req.method, req.path, plan.key, d,
-            )
-            out = Outcome("pass", d, headers)
-        else:
-            verdict = "rejected"
-            log.debug("rejecting %s %s for key %r: %r", req.method, req.path, plan.key, d)
-            hdrs = rejection_headers(d, legacy=p.legacy_headers, policies=plan.limits)
-            if d.degraded and p.degraded_header:
-                hdrs.append((p.degraded_header, self.failure.policy))
-            body = b"" if req.method == "HEAD" else problem_body(
-                d, status=p.status, title=_phrase(p.status), type_=p.problem_type,
-                instance=req.path if req.path.isprintable() and len(req.path) <= 256 else None,
-            )
-            out = Outcome("reject", d, hdrs, status=p.status, body=body, refund=refund)
-        self.stats[verdict] += 1
-        if p.on_decision is not None:
-            try:
-                p.on_decision(req, d, verdict)
-            except Exception:
-                log.exception("on_decision hook raised")
+        return respond(p, self.stats, plan.request, plan.key, d, dry_run=plan.dry_run,
+                       max_delay=p.max_delay, reserve=plan.reserve, limits=plan.limits,
+                       failure=self.failure.policy, on_decision=p.on_decision)
+
+
+class _PoliciesEngine:
+    """A policies file (its ``[http]`` part and domain rules) bound to a store: the same
+    `Engine` plan the decision service runs, driven per request.
+
+    `source` gives the live snapshot (a `PolicyHolder`, reloaded by `reload()` or a
+    `Watcher` ticked at the start of each request: no thread); each request reads it once,
+    so no request sees half of one policy and half of another. The store failure policy is
+    the file's (``[service] failure``, and a rule's own ``failure``).
+    """
+
+    def __init__(self, source: Callable[[], Policies], store: Any, *,
+                 clock: Callable[[], float] | None = None, sleep: Callable[[float], Any],
+                 watcher: Watcher | None = None) -> None:
+        first = source()
+        if first.http is None:
+            raise ValueError(f"{first.source}: the policies have no [http] part, so the "
+                             "middleware cannot tell how a request becomes descriptors; add "
+                             "[http] with domain = \"...\" and descriptors (docs/policies.md)")
+        self.source = source
+        self.store = store
+        self.clock: Callable[[], float] = clock or store.default_clock
+        self.decider = Engine(source, store, clock=self.clock)
+        self.sleep = sleep
+        self.watcher = watcher
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("exempt", "allowed", "delayed", "rejected", "shadow-rejected", "shadow-delayed",
+             "degraded"),
+            0,
+        )
+
+    def __repr__(self) -> str:
+        return f"_PoliciesEngine({self.source()!r}, store={self.store!r})"
+
+    @property
+    def rules(self) -> HTTPRules:
+        rules = self.source().http
+        assert rules is not None  # a reload keeps a snapshot without one out (see reload)
+        return rules
+
+    def check(self, req: RequestInfo) -> HTTPCheck | None:
+        """`req`'s descriptors under the live policies (None: not limited)."""
+        return self.rules.map(req, self.clock())
+
+    def handle(self, req: RequestInfo) -> core.Plan[Outcome | None]:
+        """Plan: as `_Engine.handle`, for a policies file."""
+        if self.watcher is not None:
+            self.watcher.tick()
+        snap = self.source()
+        rules = snap.http
+        if rules is None:  # a reloaded file without [http]: the holder refuses those
+            return None
+        check = rules.map(req, self.clock())
+        if check is None:
+            self.stats["exempt"] += 1
+            return None
+        result = yield from self.decider.plan(snap, check.domain, check.descriptors,
+                                              check.cost)
+        d = result.decision
+        if d is None:  # no descriptor met a limit (unmatched or unlimited)
+            self.stats["exempt"] += 1
+            return None
+        queues = any(lim.algorithm == "leaky-bucket" and not lim.nodelay
+                     for lim in result.policies)
+        reserve = queues and check.max_delay is not None and not check.dry_run
+        key = ";".join(",".join(f"{k}={v}" for k, v in desc.entries)
+                       for desc in check.descriptors)
+        out = respond(rules, self.stats, req, key, d, dry_run=check.dry_run,
+                      max_delay=check.max_delay, reserve=reserve, limits=result.policies,
+                      failure=snap.settings.failure)
+        if out.refund:
+            if result.ticket is not None:
+                try:
+                    yield from core.refund(result.ticket, self.clock())
+                except StoreError as e:  # the charge stays and expires as usual
+                    log.warning("could not refund a rejected reservation: %s", e)
+        elif out.delay > 0:
+            yield Op(self.sleep, "sleep", (out.delay,))
         return out
+
+
+class _Response(Protocol):
+    """The response settings `respond` reads: an `HTTPPolicy`'s or a file's `HTTPRules`."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def legacy_headers(self) -> bool: ...
+    @property
+    def degraded_header(self) -> str | None: ...
+    @property
+    def problem_type(self) -> str: ...
+
+
+def respond(p: _Response, stats: dict[str, int], req: RequestInfo, key: str, d: Decision, *,
+            dry_run: bool, max_delay: float | None, reserve: bool, limits: Sequence[Limit],
+            failure: str,
+            on_decision: Callable[[RequestInfo, Decision, str], None] | None = None
+            ) -> Outcome:
+    """What to do with one request's decision (step 3 of the module docstring), counted in
+    `stats`: pass (with its RateLimit fields, after a queueing delay), or reject."""
+    headers = ratelimit_headers(d, legacy=p.legacy_headers, policies=limits)
+    if d.degraded:
+        stats["degraded"] += 1
+        if p.degraded_header:
+            headers.append((p.degraded_header, failure))
+    refund = False
+    if d.allowed and max_delay is not None and d.delay > max_delay:
+        # Queued too long: reject now; retrying once the queue has drained enough works.
+        d = d._replace(allowed=False, retry_after=d.delay - max_delay, delay=0.0)
+        refund = reserve
+        headers = ratelimit_headers(d, legacy=p.legacy_headers, policies=limits)
+    if d.allowed:
+        verdict = "delayed" if d.delay > 0 else "allowed"
+        out = Outcome("pass", d, headers, delay=d.delay)
+        if dry_run and d.delay > 0:
+            verdict = "shadow-delayed"
+            out = Outcome("pass", d, headers)
+    elif dry_run:
+        verdict = "shadow-rejected"
+        log.info("dry run: would reject %s %s for key %r: %r", req.method, req.path, key, d)
+        out = Outcome("pass", d, headers)
+    else:
+        verdict = "rejected"
+        log.debug("rejecting %s %s for key %r: %r", req.method, req.path, key, d)
+        hdrs = rejection_headers(d, legacy=p.legacy_headers, policies=limits)
+        if d.degraded and p.degraded_header:
+            hdrs.append((p.degraded_header, failure))
+        body = b"" if req.method == "HEAD" else problem_body(
+            d, status=p.status, title=_phrase(p.status), type_=p.problem_type,
+            instance=req.path if req.path.isprintable() and len(req.path) <= 256 else None,
+        )
+        out = Outcome("reject", d, hdrs, status=p.status, body=body, refund=refund)
+    stats[verdict] += 1
+    if on_decision is not None:
+        try:
+            on_decision(req, d, verdict)
+        except Exception:
+            log.exception("on_decision hook raised")
+    return out
 
 
 def _phrase(status: int) -> str:
@@ -506,6 +590,8 @@ if TYPE_CHECKING:  # a generic TypedDict needs Python 3.11 at run time; only myp
         sleep: Z | None
         failure: HTTPFailurePolicy
         fallback_share: float
+        watch: float | None
+        watch_clock: Callable[[], float] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,9 +612,7 @@ class _Adapter(Generic[S, Z]):
 
     _kind: ClassVar[_Kind]
 
-    def __init__(self, policy: HTTPPolicy | Limit | Sequence[Limit],
-                 **options: Unpack[AdapterOptions[S, Z]]) -> None:
-        self.policy = HTTPPolicy.of(policy)
+    def __init__(self, policy: PolicySpec, **options: Unpack[AdapterOptions[S, Z]]) -> None:
         kind = self._kind
         store: Any = options.get("store")
         store = MemoryStore() if store is None else store
@@ -536,19 +620,81 @@ class _Adapter(Generic[S, Z]):
             raise TypeError(f"{type(self).__name__} needs a {kind.store_type.__name__}, "
                             f"got {store!r}; {kind.other}")
         self.store: S = cast(S, store)
-        sleep = options.get("sleep")
-        self.engine = _Engine(self.policy, store, clock=options.get("clock"),
-                              sleep=kind.default_sleep if sleep is None else sleep,
-                              failure=options.get("failure", "open"),
-                              fallback_share=options.get("fallback_share", 1.0))
+        given_sleep = options.get("sleep")
+        sleep: Callable[[float], Any] = kind.default_sleep if given_sleep is None \
+            else given_sleep
+        self.holder: PolicyHolder | None = None
+        self.engine: _Engine | _PoliciesEngine
+        if isinstance(policy, (str, os.PathLike, PolicyHolder, Policies)):
+            for name in ("failure", "fallback_share"):
+                if name in options:
+                    raise TypeError(f"{name}= is for a Python policy; with a policies file, "
+                                    "its [service] failure (and each rule's own) decides")
+            source: Callable[[], Policies]
+            watcher = None
+            if isinstance(policy, Policies):
+                if options.get("watch") is not None:
+                    raise TypeError("watch= needs a policies file, not a Policies value")
+                snap = policy
+                source = lambda: snap  # noqa: E731
+            else:
+                holder = policy if isinstance(policy, PolicyHolder) else PolicyHolder(
+                    Path(policy), loader=_load_http_policies)
+                self.holder = holder
+                source = holder
+                watch = options.get("watch")
+                if watch is not None:
+                    watcher = Watcher(holder, watch, clock=options.get("watch_clock")
+                                      or time.monotonic)
+            self.engine = _PoliciesEngine(source, store, clock=options.get("clock"),
+                                          sleep=sleep, watcher=watcher)
+            self.policy: HTTPPolicy | None = None
+        else:
+            if options.get("watch") is not None:
+                raise TypeError("watch= needs a policies file")
+            self.policy = HTTPPolicy.of(policy)
+            self.engine = _Engine(self.policy, store, clock=options.get("clock"),
+                                  sleep=sleep, failure=options.get("failure", "open"),
+                                  fallback_share=options.get("fallback_share", 1.0))
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.policy!r})"
+        what = self.policy if self.holder is None else self.holder
+        return f"{type(self).__name__}({what!r})"
 
     @property
     def stats(self) -> dict[str, int]:
         """Counters: exempt, allowed, delayed, rejected, shadow-*, degraded."""
         return self.engine.stats
+
+    @property
+    def websockets(self) -> bool:
+        """Whether websocket handshakes are limited too (the policy's `websockets`)."""
+        e = self.engine
+        return e.policy.websockets if isinstance(e, _Engine) else e.rules.websockets
+
+    def reload(self) -> bool:
+        """Read the policies file again: True if the new policies are live (or the file is
+        unchanged); False if it has errors (each logged; the old policies stay)."""
+        if self.holder is None:
+            raise TypeError(f"{type(self).__name__} was given a Python policy, not a file: "
+                            "there is nothing to reload")
+        return self.holder.reload()
+
+
+def _load_http_policies(path: Path) -> Policies:
+    """`load_policies`, refusing a file without an ``[http]`` part (so that a reload never
+    takes a middleware's mapping away)."""
+    snap = load_policies(path)
+    if snap.http is None:
+        raise PolicyError([ConfigIssue("http", "missing: a middleware needs the [http] part "
+                                               "(how a request becomes descriptors)")],
+                          str(path))
+    return snap
+
+
+#: What an adapter takes as its policy: a Python `HTTPPolicy` (or its default limits), or a
+#: policies file (a path, a `PolicyHolder`, or a `Policies` snapshot) with an ``[http]`` part.
+PolicySpec = HTTPPolicy | Limit | Sequence[Limit] | Policies | PolicyHolder | str | os.PathLike[str]
 
 
 A = TypeVar("A")  # the application a middleware wraps
@@ -557,7 +703,7 @@ A = TypeVar("A")  # the application a middleware wraps
 class _Middleware(_Adapter[S, Z], Generic[A, S, Z]):
     """An adapter around an application: ``Middleware(app, policy, **options)``."""
 
-    def __init__(self, app: A, policy: HTTPPolicy | Limit | Sequence[Limit] = (),
+    def __init__(self, app: A, policy: PolicySpec = (),
                  **options: Unpack[AdapterOptions[S, Z]]) -> None:
         self.app = app
         super().__init__(policy, **options)

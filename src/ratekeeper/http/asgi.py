@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from ..core import arun
+from ..policy._request import RequestInfo
 from ..stores import AsyncStore
-from ._client import RequestInfo
 from ._policy import Outcome, _Kind, _Middleware
 
 __all__ = ["RateLimitMiddleware"]
@@ -76,7 +76,7 @@ class RateLimitMiddleware(_Middleware[ASGIApp, AsyncStore, AsyncSleep]):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if kind != "http" and not (kind == "websocket" and self.policy.websockets):
+        if kind != "http" and not (kind == "websocket" and self.websockets):
             await self.app(scope, receive, send)  # lifespan, websockets, anything new
             return
         out = await arun(self.engine.handle(RequestInfo.from_asgi(scope)))

@@ -39,8 +39,8 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess
     ) from e
 
 from ..core import run
+from ..policy._request import RequestInfo
 from ..stores import Store
-from ._client import RequestInfo
 from ._policy import _Adapter
 from .wsgi import SYNC, Sleep
 

@@ -41,8 +41,8 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess
 
 from .._types import Decision
 from ..core import arun
+from ..policy._request import RequestInfo
 from ..stores import AsyncStore
-from ._client import RequestInfo
 from ._policy import Outcome, _Adapter
 from .asgi import ASYNC, SCOPE_KEY, AsyncSleep
 from .headers import PROBLEM_CONTENT_TYPE

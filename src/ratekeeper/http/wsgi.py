@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ..core import run
+from ..policy._request import RequestInfo
 from ..stores import Store
-from ._client import RequestInfo
 from ._policy import _Kind, _Middleware, status_line
 
 if TYPE_CHECKING:

@@ -51,7 +51,7 @@ from .._errors import InvalidCost, RateKeeperError, StoreError
 from .._rates import Rate
 from .._types import Decision, Limit
 from ..core import FailurePolicy, merge_decisions
-from ..stores._base import AsyncStore, Check
+from ..stores._base import AsyncStore, Check, Store
 from ._keys import counter_key
 from ._model import Policies, PolicyLimit, Rule, drop_replaced
 from ._stats import NullStats, Stats
@@ -175,6 +175,9 @@ class CheckResult(NamedTuple):
     generation: int = 0
     #: False when the domain is not in the policies (every descriptor is then unmatched).
     known_domain: bool = True
+    #: Where the enforced checks were charged, when they were admitted (for a refund: the
+    #: middleware's queued request that would wait past ``max_delay``).
+    ticket: core.Ticket | None = None
 
 
 def check_hits(value: object, what: str, *, allow_zero: bool = False) -> float:
@@ -250,7 +253,7 @@ class Engine:
     def __init__(
         self,
         policies: Callable[[], Policies],
-        store: AsyncStore,
+        store: AsyncStore | Store,
         *,
         clock: Callable[[], float] | None = None,
         stats: Stats | None = None,
@@ -277,8 +280,18 @@ class Engine:
 
     async def check(self, domain: str, descriptors: Sequence[DescriptorRequest],
                     hits: float = 1.0) -> CheckResult:
-        """Decide one request. Raises `UnknownDomain` / `InvalidRequest` on bad input."""
-        snap = self._policies()
+        """Decide one request on an asyncio store. Raises `UnknownDomain` /
+        `InvalidRequest` on bad input."""
+        return await core.arun(self.plan(self._policies(), domain, descriptors, hits))
+
+    def check_sync(self, domain: str, descriptors: Sequence[DescriptorRequest],
+                   hits: float = 1.0) -> CheckResult:
+        """`check` on a synchronous store (the WSGI middleware's)."""
+        return core.run(self.plan(self._policies(), domain, descriptors, hits))
+
+    def plan(self, snap: Policies, domain: str, descriptors: Sequence[DescriptorRequest],
+             hits: float = 1.0) -> core.Plan[CheckResult]:
+        """Plan: decide one request on the snapshot `snap`; either driver runs it."""
         if not descriptors:
             # As envoyproxy/ratelimit ("rate limit descriptor list must not be empty").
             raise InvalidRequest("a check needs at least one descriptor")
@@ -300,6 +313,7 @@ class Engine:
         # Per descriptor: its rule, its checks' keys, shadow, look-only (hits 0).
         plans: list[tuple[Rule | None, list[tuple[str, str]], bool, bool]] = []
         enforced: dict[tuple[str, str], Check] = {}
+        failures: dict[tuple[str, str], FailurePolicy] = {}  # rules with their own policy
         shadow: dict[tuple[str, str], Check] = {}
         looks: dict[tuple[str, str], Check] = {}  # cost 0: the same answer for any group
         # Rules first, for envoyproxy/ratelimit's `replaces` (it needs every match).
@@ -328,6 +342,7 @@ class Engine:
                     f"descriptor {i}: cost {cost:g} (hits {base:g} x rule cost {rule.cost:g}) "
                     f"is above the service's max_cost of {settings.max_cost:g}")
             group = shadow if is_shadow else enforced
+            own_failure = None if is_shadow else rule.failure
             keys: list[tuple[str, str]] = []
             counter_keys: dict[tuple[str, ...] | None, str] = {}
             for pl in rule.limits:
@@ -343,20 +358,25 @@ class Engine:
                 slot = group.get(k)
                 group[k] = (lim, ck, c if slot is None else slot[2] + c)
                 keys.append(k)
+                if own_failure is not None:
+                    failures[k] = own_failure
             plans.append((rule, keys, is_shadow, False))
 
         now = self.clock()
         results: dict[tuple[str, str], Decision] = {}
         degraded = False
+        ticket: core.Ticket | None = None
         if enforced:
             if settings.fallback_share != self.failure.share:  # a reload changed it
                 self.failure.set_share(settings.fallback_share)
-            decisions, degraded = await self._decide(list(enforced.values()), now,
-                                                     settings.failure)
+            policies = None if not failures else \
+                [failures.get(k, settings.failure) for k in enforced]
+            decisions, degraded, ticket = yield from self._decide(
+                list(enforced.values()), now, settings.failure, policies=policies)
             results.update(zip(enforced.keys(), decisions, strict=True))
         shadow_results: dict[tuple[str, str], Decision] = {}
         if shadow:
-            decisions, _ = await self._decide(list(shadow.values()), now, "open")
+            decisions, _, _ = yield from self._decide(list(shadow.values()), now, "open")
             shadow_results.update(zip(shadow.keys(), decisions, strict=True))
         # The enforced call rejected: nothing was charged, so a descriptor it would have
         # admitted gets a look at its counters instead of its "as if charged" answer.
@@ -372,7 +392,7 @@ class Engine:
                             relook.add(k)
         look_results: dict[tuple[str, str], Decision] = {}
         if looks:
-            decisions, look_degraded = await self._decide(
+            decisions, look_degraded, _ = yield from self._decide(
                 list(looks.values()), now, settings.failure, consume=False)
             look_results.update(zip(looks.keys(), decisions, strict=True))
             if look_degraded:  # a look the policy answered says nothing better: keep them
@@ -430,22 +450,51 @@ class Engine:
             degraded=degraded,
             legacy_headers=settings.legacy_headers,
             generation=snap.generation,
+            ticket=ticket,
         )
 
-    async def _decide(self, checks: list[Check], now: float, policy: FailurePolicy, *,
-                      consume: bool = True) -> tuple[list[Decision], bool]:
-        """One store call, through the core; on a `StoreError`, `policy`'s decisions."""
+    def _decide(self, checks: list[Check], now: float, policy: FailurePolicy, *,
+                consume: bool = True, policies: Sequence[FailurePolicy] | None = None
+                ) -> core.Plan[tuple[list[Decision], bool, core.Ticket | None]]:
+        """One store call, through the core; on a `StoreError`, `policy`'s decisions, or
+        with `policies` (one per check: rules with their own failure policy), each check's
+        own policy's."""
         t0 = time.perf_counter()
-        decisions, _ = await core.arun(core.decide(self.store, checks, now, self.failure,
-                                                   consume=consume, policy=policy))
+        if policies is None:
+            decisions, ticket = yield from core.decide(self.store, checks, now, self.failure,
+                                                       consume=consume, policy=policy)
+        else:
+            decisions, ticket = yield from self._decide_each(checks, now, policies)
         seconds = time.perf_counter() - t0
         if not decisions[0].degraded:  # the store answered (the policy marks all degraded)
             self.stats.store_call(seconds, None)
-            return decisions, False
+            return decisions, False, ticket
         # The error's type, as the core's on_error hook last saw it (a metric label).
         self.stats.store_call(seconds, self._last_error)
-        self.stats.failure_policy(policy)
-        return decisions, True
+        for p in sorted(set(policies or (policy,))):
+            self.stats.failure_policy(p)
+        return decisions, True, ticket
+
+    def _decide_each(self, checks: list[Check], now: float,
+                     policies: Sequence[FailurePolicy]
+                     ) -> core.Plan[tuple[list[Decision], core.Ticket | None]]:
+        """`core.decide` where each check has its own failure policy: one store call; if it
+        fails, each policy decides its own checks (and the request is admitted only if
+        all of them admit it)."""
+        try:
+            decisions, at = yield core.Op(self.store, "decide", (checks, now, True))
+        except StoreError as e:
+            out: list[Decision | None] = [None] * len(checks)
+            for p in sorted(set(policies)):
+                idx = [i for i, q in enumerate(policies) if q == p]
+                got, _ = yield from self.failure.decisions([checks[i] for i in idx], now, e, p)
+                for i, d in zip(idx, got, strict=True):
+                    out[i] = d
+            return [d for d in out if d is not None], None
+        if self.failure.failing:
+            self.failure.recovered()
+        admitted = all(d.allowed for d in decisions)
+        return decisions, core.Ticket(self.store, checks, at) if admitted else None
 
     def _on_store_error(self, exc: BaseException) -> None:
         self._last_error = type(exc).__name__
@@ -483,6 +532,7 @@ class Engine:
 
         Only a store failure (or the timeout) is an answer here; a bug propagates."""
         try:
+            assert isinstance(self.store, AsyncStore), "probe() needs an asyncio store"
             await asyncio.wait_for(
                 self.store.adecide([(_PROBE, "probe", 1.0)], self.clock(), False), timeout)
         except (StoreError, asyncio.TimeoutError) as e:

@@ -25,6 +25,8 @@ from .._errors import RateKeeperError
 from .._rates import parse_rate
 from .._types import ALGORITHMS, Limit
 from ..core import FailurePolicy
+from ._http import HTTPRules
+from ._http_loader import build_http
 from ._model import (
     _EMPTY_LEVEL,
     DEFAULT_MAX_COST,
@@ -116,15 +118,15 @@ def parse_policies(data: Mapping[str, Any], *, source: str = "<policies>",
     if b.issues or policies is None:
         raise PolicyError(b.issues or [ConfigIssue("", "no policies")], source)
     return Policies(policies[0], policies[1], source=source, sha256=sha256,
-                    loaded_at=time.time())
+                    loaded_at=time.time(), http=policies[2])
 
 
-_TOP_KEYS = ("version", "service", "domains")
+_TOP_KEYS = ("version", "service", "domains", "http")
 _SERVICE_KEYS = ("failure", "fallback_share", "shadow_mode", "legacy_headers", "max_cost",
                  "allow_overrides", "unknown_domain")
 _DOMAIN_KEYS = ("description", "shadow_mode", "limits", "descriptors")
 _DESCRIPTOR_KEYS = ("key", "value", "name", "description", "limits", "unlimited",
-                    "shadow_mode", "cost", "descriptors")
+                    "shadow_mode", "cost", "failure", "descriptors")
 _LIMIT_KEYS = ("algorithm", "rate", "burst", "nodelay", "delay", "by", "scope", "description")
 
 
@@ -190,6 +192,21 @@ class _Builder:
             return None
         return f
 
+    def _failure(self, loc: str, v: object) -> FailurePolicy | None:
+        """A store failure policy: open, closed or local (never the library's raise)."""
+        if v == "raise":
+            self.err(loc, "'raise' is the library's policy of raising StoreError to the "
+                          "caller; a check must get an answer: choose one of "
+                          f"{', '.join(map(repr, SERVICE_FAILURES))} (Envoy's "
+                          "failure_mode_deny decides what a service error means)")
+            return None
+        if v not in SERVICE_FAILURES:
+            hint = _closest(str(v), list(SERVICE_FAILURES))
+            self.err(loc, f"must be one of {', '.join(map(repr, SERVICE_FAILURES))}, got {v!r}"
+                     + (f" (did you mean {hint!r}?)" if hint else ""))
+            return None
+        return v
+
     def _table(self, loc: str, v: object) -> Mapping[str, Any] | None:
         if not isinstance(v, dict):
             self.err(loc, f"must be a table, got {_typename(v)} {v!r:.60}")
@@ -198,7 +215,8 @@ class _Builder:
 
     # the file --------------------------------------------------------------------------
 
-    def build(self, data: Mapping[str, Any]) -> tuple[Mapping[str, Domain], Settings] | None:
+    def build(self, data: Mapping[str, Any]
+              ) -> tuple[Mapping[str, Domain], Settings, HTTPRules | None] | None:
         self._unknown("", data, _TOP_KEYS)
         if "version" in data and (isinstance(data["version"], bool) or data["version"] != 1):
             self.err("version", f"only version 1 is known, got {data['version']!r}")
@@ -218,25 +236,17 @@ class _Builder:
             d = self._domain(name, raw, settings)
             if d is not None:
                 domains[name] = d
-        return MappingProxyType(domains), settings
+        http = None
+        if "http" in data:
+            http = build_http(self, data["http"], domains, set(tbl))
+        return MappingProxyType(domains), settings, http
 
     def _settings(self, raw: object) -> Settings:
         tbl = self._table("service", raw)
         if tbl is None:
             return Settings()
         self._unknown("service", tbl, _SERVICE_KEYS)
-        failure = tbl.get("failure", "open")
-        if failure == "raise":
-            self.err("service.failure",
-                     "'raise' is the library's policy of raising StoreError to the caller; a "
-                     "service check must get an answer: choose one of "
-                     f"{', '.join(map(repr, SERVICE_FAILURES))} (Envoy's failure_mode_deny "
-                     "decides what a service error means)")
-            failure = "open"
-        elif failure not in SERVICE_FAILURES:
-            self.err("service.failure",
-                     f"must be one of {', '.join(map(repr, SERVICE_FAILURES))}, got {failure!r}")
-            failure = "open"
+        failure = self._failure("service.failure", tbl.get("failure", "open")) or "open"
         share = 1.0
         if "fallback_share" in tbl:
             raw_share = tbl["fallback_share"]
@@ -261,7 +271,7 @@ class _Builder:
                      f"'error' (refuse the check), got {unknown_domain!r}")
             unknown_domain = "ok"
         return Settings(
-            failure=cast(FailurePolicy, failure),
+            failure=failure,
             fallback_share=share,
             shadow_mode=self._bool("service", tbl, "shadow_mode"),
             legacy_headers=self._bool("service", tbl, "legacy_headers"),
@@ -362,6 +372,8 @@ class _Builder:
         path = (*parent, (key, value))
         unlimited = self._bool(loc, d, "unlimited")
         shadow = self._bool(loc, d, "shadow_mode")
+        failure = self._failure(_join(loc, "failure"), d["failure"]) if "failure" in d \
+            else None
         description = self._str(loc, d, "description", default="") or ""
         cost = 1.0
         if "cost" in d:
@@ -392,7 +404,7 @@ class _Builder:
             if rname is not None:
                 rule = Rule(ctx.name, rname, path, limits, unlimited=unlimited,
                             shadow_mode=shadow, cost=cost, description=description,
-                            location=loc)
+                            location=loc, failure=failure)
                 ctx.rules.append(rule)
         else:
             if "descriptors" not in d:
@@ -401,9 +413,10 @@ class _Builder:
             if shadow:
                 self.err(_join(loc, "shadow_mode"),
                          "applies to the limits of a descriptor, and this one has none")
-            if "cost" in d:
-                self.err(_join(loc, "cost"),
-                         "applies to the limits of a descriptor, and this one has none")
+            for what in ("cost", "failure"):
+                if what in d:
+                    self.err(_join(loc, what),
+                             "applies to the limits of a descriptor, and this one has none")
         children = _EMPTY_LEVEL
         if "descriptors" in d:
             lvl = self._level(_join(loc, "descriptors"), d["descriptors"], path, ctx)

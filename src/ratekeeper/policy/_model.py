@@ -31,11 +31,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigError
 from .._types import Limit
 from ..core import FailurePolicy
+
+if TYPE_CHECKING:
+    from ._http import HTTPRules
 
 __all__ = [
     "DEFAULT_MAX_COST",
@@ -162,6 +165,9 @@ class Rule:
     #: envoyproxy/ratelimit's ``detailed_metric`` (kept for describe(); ratekeeper's metrics
     #: stay one series per rule, so that no label value comes from a request).
     detailed_metric: bool = False
+    #: This rule's store failure policy (None: the ``[service]`` one): a login limit fails
+    #: closed while the rest fail open.
+    failure: FailurePolicy | None = None
 
     def __repr__(self) -> str:
         what = "unlimited" if self.unlimited else ", ".join(p.limit.name for p in self.limits)
@@ -289,6 +295,9 @@ class Policies:
     sha256: str = ""
     loaded_at: float = 0.0  # wall-clock seconds
     generation: int = 0  # set by the holder: 1 for the first load, +1 per successful reload
+    #: The ``[http]`` part: how an HTTP request becomes descriptors (None: none given; the
+    #: middleware then needs one).
+    http: HTTPRules | None = None
 
     @property
     def rule_count(self) -> int:
@@ -378,6 +387,8 @@ def _describe_node(n: Node) -> dict[str, Any]:
             out["replaces"] = list(r.replaces)
         if r.detailed_metric:
             out["detailed_metric"] = True
+        if r.failure is not None:
+            out["failure"] = r.failure
     if n.children.nodes:
         out["descriptors"] = [_describe_node(c) for c in n.children.nodes]
     return out

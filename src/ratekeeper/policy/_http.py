@@ -1,0 +1,469 @@
+"""How an HTTP request becomes descriptors: the ``[http]`` part of a policies file.
+
+The middleware, ``ratekeeper serve``'s ``/v1/http`` endpoint and replay all map a request the
+same way (`HTTPRules.map`), then decide the descriptors with the one `Engine` against the
+file's domain rules, so the same file gives the same decisions everywhere. It is what
+Envoy's ``rate_limits`` actions are to Envoy, for an in-process middleware:
+
+1. **Coverage**: the request must match `paths` / `methods` / `hosts` (default: everything);
+   then `exempt_paths` and `exempt_networks` (after trusted-proxy processing) pass it through.
+2. **Route**: the first `HTTPRoute` whose path patterns, methods and hosts match (none: the
+   defaults only). A route may be `exempt`; it has its own `descriptors`, which add to the
+   default ones (``mode = "add"``, the default) or replace them (``mode = "replace"``); its
+   own `cost` (per method too) and `dry_run` / `max_delay`.
+3. **Descriptors**: each is a list of entries ``(key, value)``; a value comes from an
+   `Attribute` of the request (a header, a JWT claim, a Python hook, or a built-in:
+   ``client_ip``, ``method``, ``path``, ``host``, ``route``) or is a literal. A descriptor
+   with an absent attribute is not sent (as Envoy skips an action whose header is missing):
+   an anonymous request gets its per-IP limit but no per-user one.
+4. **Exempt keys**: a request any of whose attributes has an exempt value passes through.
+
+Attribute values are bounded here, because a client writes them: a value that is too long
+or not printable becomes ``sha256:`` and a digest, and `values` (the tiers a plan attribute
+may name) maps any other value to `default`, so that a client cannot invent a tier.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import ipaddress
+import json
+import logging
+import math
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ._engine import DescriptorRequest
+from ._request import ClientIP, IPNetwork, RequestInfo
+
+__all__ = [
+    "BUILTIN_ATTRIBUTES",
+    "Attribute",
+    "Entry",
+    "HTTPCheck",
+    "HTTPRoute",
+    "HTTPRules",
+    "PathPattern",
+    "compile_path",
+]
+
+log = logging.getLogger("ratekeeper.policy")
+
+#: Attributes every request has (a file may not redefine them).
+BUILTIN_ATTRIBUTES = ("client_ip", "method", "path", "host", "route")
+
+#: The longest attribute value sent as is; longer (or unprintable) ones are digested.
+MAX_VALUE = 256
+
+PathPattern = str | re.Pattern[str]
+RouteMode = Literal["add", "replace"]
+
+_PARAM = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*(?::path)?\}")
+
+
+def compile_path(pattern: PathPattern) -> re.Pattern[str]:
+    """A path pattern as an anchored regular expression.
+
+    - ``"/health"``: exactly that path;
+    - ``"/items/{id}"``: one segment per ``{name}`` (``{name:path}`` spans segments);
+    - ``"/static/*"``: ``*`` is any run of characters within a segment, ``**`` any run at all
+      (``"/api/**"`` is everything under /api/);
+    - a compiled ``re.Pattern`` is used as is (with ``fullmatch``).
+    """
+    if isinstance(pattern, re.Pattern):
+        return pattern
+    if not isinstance(pattern, str) or not pattern.startswith("/"):
+        raise ValueError(f"a path pattern must be a string starting with '/', got {pattern!r}")
+    out = []
+    i = 0
+    while i < len(pattern):
+        m = _PARAM.match(pattern, i)
+        if m:
+            out.append(".+" if m.group().endswith(":path}") else "[^/]+")
+            i = m.end()
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+def compile_host(pattern: str) -> re.Pattern[str]:
+    """A host pattern (``"api.example.com"``, ``"*.example.com"``), case-insensitive, any
+    port."""
+    if not pattern or not re.fullmatch(r"[A-Za-z0-9*.-]+", pattern):
+        raise ValueError(f"a host pattern is a host name with optional '*' wildcards "
+                         f"(e.g. '*.example.com'), got {pattern!r}")
+    body = ".*".join(re.escape(p) for p in pattern.lower().split("*"))
+    return re.compile(body + r"(?::\d+)?", re.IGNORECASE)
+
+
+def bounded(value: str) -> str:
+    """`value` as a descriptor value: itself if short and printable, else a digest."""
+    if len(value) <= MAX_VALUE and value.isprintable():
+        return value
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _jwt_claim(header_value: str, claim: str) -> str | None:
+    """`claim` of a bearer JWT's payload, *unverified* (see `Attribute`), or None."""
+    kind, _, token = header_value.partition(" ")
+    if kind.lower() != "bearer":
+        return None
+    parts = token.strip().split(".")
+    if len(parts) != 3 or len(parts[1]) > 8192:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, binascii.Error):
+        return None
+    value = payload.get(claim) if isinstance(payload, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    return str(value)
+
+
+class _HookCache:
+    """A hook's results, per value of another attribute, for `seconds` of the engine's clock;
+    at most `size` entries (least recently used go first)."""
+
+    def __init__(self, seconds: float, size: int) -> None:
+        self.seconds = seconds
+        self.size = size
+        self._entries: OrderedDict[str, tuple[float, str | None]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str, now: float) -> tuple[bool, str | None]:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is None or hit[0] <= now:
+                return False, None
+            self._entries.move_to_end(key)
+            return True, hit[1]
+
+    def put(self, key: str, value: str | None, now: float) -> None:
+        with self._lock:
+            self._entries[key] = (now + self.seconds, value)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Attribute:
+    """A named value of a request, used as a descriptor entry's value.
+
+    Exactly one source:
+
+    - `header`: a request header (case-insensitive); ``hash = true`` sends a digest, never
+      the value (API keys);
+    - `claim` (with `header`, default ``authorization``): a claim of a bearer JWT's payload.
+      The token is **not verified** here: use it only behind a layer that verified it (an
+      authenticating proxy or middleware), or a client can name any claim value;
+    - `hook`: a function of the `RequestInfo` returning a string or None (a database lookup:
+      the user's plan). `cache_seconds` (with `cache_by`, the attribute whose value keys
+      the cache, and `cache_size`) remembers its answers on the engine's clock.
+
+    Then `values` (if given) lists what the attribute may be, e.g. the tiers ``["free",
+    "pro"]``: anything else, or an absent value, is `default` (None: absent, so descriptors
+    using it are not sent).
+    """
+
+    name: str
+    header: str | None = None
+    claim: str | None = None
+    hook: Callable[[RequestInfo], object] | None = None
+    hash: bool = False
+    values: Collection[str] | None = None
+    default: str | None = None
+    cache_seconds: float = 0.0
+    cache_by: str | None = None
+    cache_size: int = 10_000
+    _cache: _HookCache | None = field(init=False, repr=False, default=None)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        where = f"attribute {self.name!r}"
+        if not self.name or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", self.name):
+            raise ValueError(f"{where}: a name is letters, digits and _ . - (starting with a "
+                             "letter or _)")
+        if self.name in BUILTIN_ATTRIBUTES:
+            raise ValueError(f"{where} is built in ({', '.join(BUILTIN_ATTRIBUTES)}); "
+                             "choose another name")
+        if self.claim is not None and self.header is None:
+            set_(self, "header", "authorization")
+        sources = [s for s in (self.header, self.hook) if s is not None]
+        if len(sources) != 1:
+            raise ValueError(f"{where} needs exactly one source: header = \"...\" "
+                             "(optionally with claim = \"...\") or a hook")
+        if self.header is not None:
+            set_(self, "header", self.header.lower())
+        if self.values is not None:
+            if isinstance(self.values, str) or not self.values:
+                raise ValueError(f"{where}: values must be a non-empty list of strings")
+            set_(self, "values", frozenset(self.values))
+        if self.default is not None and self.values is not None \
+                and self.default not in self.values:
+            raise ValueError(f"{where}: default {self.default!r} is not one of its values "
+                             f"{sorted(self.values)}")
+        if self.cache_seconds:
+            if self.hook is None:
+                raise ValueError(f"{where}: cache_seconds applies to a hook only")
+            if not (0 < self.cache_seconds < math.inf):
+                raise ValueError(f"{where}: cache_seconds must be a number above 0")
+            if not self.cache_by:
+                raise ValueError(f"{where}: a cached hook needs cache_by, the attribute "
+                                 "whose value its answer depends on (e.g. \"user\")")
+            if not (1 <= self.cache_size <= 10_000_000):
+                raise ValueError(f"{where}: cache_size must be 1 to 10000000")
+            set_(self, "_cache", _HookCache(float(self.cache_seconds), self.cache_size))
+
+    def raw(self, req: RequestInfo) -> str | None:
+        """The value before `values`/`default`, or None when absent."""
+        if self.hook is not None:
+            try:
+                got = self.hook(req)
+            except Exception:  # a broken hook must not break requests: logged, absent
+                log.exception("attribute %r: its hook raised; the attribute is absent",
+                              self.name)
+                return None
+            return None if got is None or got == "" else str(got)
+        assert self.header is not None
+        value = req.headers.get(self.header)
+        if value is None:
+            return None
+        if self.claim is not None:
+            return _jwt_claim(value, self.claim)
+        value = value.strip()
+        if not value:
+            return None
+        if self.hash:
+            return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")
+                                              ).hexdigest()[:32]
+        return value
+
+    def resolve(self, raw: str | None) -> str | None:
+        """`raw` after `values` and `default`, bounded."""
+        if raw is None or (self.values is not None and raw not in self.values):
+            return self.default
+        return bounded(raw)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry of a descriptor: its `key`, and the `attribute` giving its value or a
+    literal `value`."""
+
+    key: str
+    attribute: str | None = None
+    value: str | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class HTTPRoute:
+    """The requests whose path matches one of `paths` (and method, host): their descriptors,
+    cost, dry run, queueing bound, or exemption."""
+
+    name: str
+    paths: tuple[PathPattern, ...]
+    descriptors: tuple[tuple[Entry, ...], ...] = ()
+    methods: frozenset[str] | None = None
+    hosts: tuple[str, ...] | None = None
+    mode: RouteMode = "add"
+    cost: float | None = None
+    method_costs: Mapping[str, float] = field(default_factory=dict)
+    exempt: bool = False
+    dry_run: bool | None = None
+    max_delay: float | None = None
+    _paths: tuple[re.Pattern[str], ...] = field(init=False, repr=False)
+    _hosts: tuple[re.Pattern[str], ...] | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "_paths", tuple(compile_path(p) for p in self.paths))
+        set_(self, "_hosts", None if self.hosts is None
+             else tuple(compile_host(h) for h in self.hosts))
+
+    def matches(self, method: str, path: str, host: str) -> bool:
+        if self.methods is not None and method not in self.methods:
+            return False
+        if self._hosts is not None and not any(h.fullmatch(host) for h in self._hosts):
+            return False
+        return any(p.fullmatch(path) for p in self._paths)
+
+    def cost_of(self, method: str, default: float) -> float:
+        c = self.method_costs.get(method)
+        if c is not None:
+            return c
+        return default if self.cost is None else self.cost
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class HTTPCheck:
+    """What to decide for one request: the `descriptors` of `domain`, `cost` hits each."""
+
+    domain: str
+    descriptors: tuple[DescriptorRequest, ...]
+    cost: float
+    dry_run: bool
+    max_delay: float | None
+    route: str  # the matched route's name ("": none)
+    request: RequestInfo
+
+    def __repr__(self) -> str:
+        return (f"HTTPCheck({self.domain!r}, route={self.route!r}, "
+                f"{[d.entries for d in self.descriptors]}, cost={self.cost:g})")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class HTTPRules:
+    """The ``[http]`` part of a policies file (see the module docstring for the steps).
+
+    Besides the mapping, the response settings the middleware applies: `status`,
+    `legacy_headers`, `degraded_header`, `problem_type`, `websockets`; and the request
+    defaults `cost`, `dry_run`, `max_delay` (a route may override each).
+    """
+
+    domain: str
+    descriptors: tuple[tuple[Entry, ...], ...] = ()
+    routes: tuple[HTTPRoute, ...] = ()
+    attributes: Mapping[str, Attribute] = field(default_factory=dict)
+    client_ip: ClientIP = field(default_factory=ClientIP)
+    paths: tuple[PathPattern, ...] = ()
+    methods: frozenset[str] | None = None
+    hosts: tuple[str, ...] | None = None
+    exempt_paths: tuple[PathPattern, ...] = ()
+    exempt_networks: tuple[str, ...] = ()
+    exempt_keys: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    cost: float = 1.0
+    dry_run: bool = False
+    max_delay: float | None = None
+    status: int = 429
+    legacy_headers: bool = False
+    degraded_header: str | None = "X-RateLimit-Degraded"
+    problem_type: str = "about:blank"
+    websockets: bool = False
+    _cover: HTTPRoute | None = field(init=False, repr=False)
+    _exempt_paths: tuple[re.Pattern[str], ...] = field(init=False, repr=False)
+    _exempt_nets: tuple[IPNetwork, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        cover = None
+        if self.paths or self.methods is not None or self.hosts is not None:
+            cover = HTTPRoute("[http]", self.paths or ("/**",), methods=self.methods,
+                              hosts=self.hosts)
+        set_(self, "_cover", cover)
+        set_(self, "_exempt_paths", tuple(compile_path(p) for p in self.exempt_paths))
+        set_(self, "_exempt_nets", tuple(ipaddress.ip_network(n, strict=False)
+                                         for n in self.exempt_networks))
+
+    def map(self, req: RequestInfo, now: float) -> HTTPCheck | None:
+        """The descriptors to decide for `req` (None: not limited). Sets ``req.client_ip``.
+
+        `now` is the engine's clock (for cached hooks)."""
+        path, method = req.path, req.method
+        host = req.headers.get("host", "")
+        cover = self._cover
+        if cover is not None and not cover.matches(method, path, host):
+            return None
+        for rx in self._exempt_paths:
+            if rx.fullmatch(path):
+                return None
+        route: HTTPRoute | None = None
+        for r in self.routes:
+            if r.matches(method, path, host):
+                route = r
+                break
+        if route is not None and route.exempt:
+            return None
+        req.client_ip = ip = self.client_ip.resolve(req)
+        if ip is not None and self._exempt_nets and any(ip in n for n in self._exempt_nets):
+            return None
+        if route is None:
+            groups = self.descriptors
+        elif route.mode == "replace":
+            groups = route.descriptors
+        else:
+            groups = self.descriptors + route.descriptors
+        if not groups:
+            return None
+        route_name = "" if route is None else route.name
+        values: dict[str, str | None] = {}
+        exempt = self.exempt_keys
+        for name, keys in exempt.items():
+            v = self._value(name, req, route_name, values, now)
+            if v is not None and v in keys:
+                return None
+        out: list[DescriptorRequest] = []
+        for group in groups:
+            entries: list[tuple[str, str]] = []
+            for e in group:
+                v = e.value if e.attribute is None else \
+                    self._value(e.attribute, req, route_name, values, now)
+                if v is None:
+                    break
+                entries.append((e.key, v))
+            else:
+                out.append(DescriptorRequest(tuple(entries)))
+        if not out:
+            return None
+        if route is None:
+            cost, dry, max_delay = self.cost, self.dry_run, self.max_delay
+        else:
+            cost = route.cost_of(method, self.cost)
+            dry = self.dry_run if route.dry_run is None else route.dry_run
+            max_delay = self.max_delay if route.max_delay is None else route.max_delay
+        return HTTPCheck(self.domain, tuple(out), cost, dry, max_delay, route_name, req)
+
+    def _value(self, name: str, req: RequestInfo, route: str, values: dict[str, str | None],
+               now: float) -> str | None:
+        if name in values:
+            return values[name]
+        v: str | None
+        if name == "client_ip":
+            v = self.client_ip.key_of(req.client_ip)[3:]  # without the "ip:" of a key
+        elif name == "method":
+            v = bounded(req.method)
+        elif name == "path":
+            v = bounded(req.path)
+        elif name == "host":
+            v = bounded(req.headers.get("host", "").lower())
+        elif name == "route":
+            v = route or None
+        else:
+            attr = self.attributes[name]
+            cache = attr._cache
+            if cache is not None:
+                assert attr.cache_by is not None
+                by = self._value(attr.cache_by, req, route, values, now)
+                if by is None:
+                    v = attr.resolve(attr.raw(req))
+                else:
+                    hit, got = cache.get(by, now)
+                    if not hit:
+                        got = attr.raw(req)
+                        cache.put(by, got, now)
+                    v = attr.resolve(got)
+            else:
+                v = attr.resolve(attr.raw(req))
+        values[name] = v
+        return v
+
+    def attribute_names(self) -> set[str]:
+        return {*BUILTIN_ATTRIBUTES, *self.attributes}
+
