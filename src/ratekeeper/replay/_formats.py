@@ -113,17 +113,6 @@ def _request(req: str) -> tuple[str, str, str | None]:
     return method, path, host
 
 
-def _int(v: str | None, what: str, dash: int | None) -> int | None:
-    if v is None:
-        return None
-    if v == "-":
-        return dash
-    try:
-        return int(v)
-    except ValueError:
-        raise BadLine(what, f"{what} is not a number: {v[:20]!r}") from None
-
-
 def _opt(v: str | None) -> str | None:
     return None if v is None or v in {"-", ""} else v
 
@@ -164,6 +153,9 @@ _TYPED = {
     "request_time": r"\d+(?:\.\d+)?|-",
 }
 _QUOTED = r'[^"\\]*(?:\\.[^"\\]*)*'  # nginx writes " as \x22, Apache as \"
+#: The same, for a line with no ``\"`` in it (every nginx line): a third faster.
+_QUOTED_FAST = r'[^"]*'
+_BRACKETED = r"[^\]]*"
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 
 #: nginx's predefined ``combined`` format (and ``common``, which Apache names so: the same
@@ -203,7 +195,7 @@ class LogFormat:
     (``fields["rest"]``), as `COMBINED` and `COMMON` do.
     """
 
-    __slots__ = ("_bytes", "_client", "_headers", "_host", "_match", "_method", "_path",
+    __slots__ = ("_bytes", "_client", "_fast", "_headers", "_host", "_match", "_method", "_path",
                  "_quoted", "_request", "_status", "_time", "_time_kind", "_times", "name",
                  "regex", "spec", "variables")
 
@@ -229,10 +221,10 @@ class LogFormat:
             before, after = spec[m.start() - 1:m.start()], spec[m.end():m.end() + 1]
             if before == '"' and after == '"':
                 pat = _QUOTED
+            elif before == "[" and after == "]":
+                pat = _BRACKETED  # the time is checked when it is parsed
             elif var in _TYPED:
                 pat = _TYPED[var]
-            elif before == "[" and after == "]":
-                pat = r"[^\]]*"
             else:
                 pat = r"\S*"
             if var in names:  # a variable written twice: the first one names the field
@@ -247,6 +239,7 @@ class LogFormat:
         tail = r"(?: (?P<rest>.*))?" if trailing else ""
         self.regex = re.compile("".join(parts) + tail + r"\r?")
         self._match = self.regex.fullmatch
+        self._fast = re.compile(self.regex.pattern.replace(_QUOTED, _QUOTED_FAST)).fullmatch
         self.variables: tuple[str, ...] = tuple(names)
         self._quoted = tuple(quoted)
         have = set(names)
@@ -274,38 +267,61 @@ class LogFormat:
         return f"LogFormat({self.spec!r}, name={self.name!r})"
 
     def parse(self, line: str, lineno: int) -> LogEvent | None:
-        m = self._match(line)
+        # The hot path of a replay: one regex match, then only dict lookups and slicing.
+        m = (self._fast if '\\"' not in line else self._match)(line)
         if m is None:
             if not line.strip():
                 return None
             raise BadLine("format", f"does not match the {self.name} format")
         d: dict[str, str] = m.groupdict()
-        for k in self._quoted:
-            v = d[k]
-            if "\\" in v:
-                d[k] = unescape(v)
+        if "\\" in line:
+            for k in self._quoted:
+                v = d[k]
+                if "\\" in v:
+                    d[k] = unescape(v)
         ts = d[self._time]
+        kind = self._time_kind
         try:
-            kind = self._time_kind
-            t = (float(ts) if kind == "msec" else self._times.clf(ts) if kind == "clf"
-                 else self._times.iso(ts))
+            if kind == "clf":
+                t = self._times.clf(ts)
+            elif kind == "msec":
+                t = float(ts)
+            else:
+                t = self._times.iso(ts)
         except ValueError as e:
             raise BadLine("time", str(e)) from None
         host = None
         if self._request is not None:
-            method, path, host = _request(d[self._request])
+            req = d[self._request]
+            parts = req.split(" ")
+            if len(parts) == 3 and parts[1][:1] == "/" and parts[0].isalpha():
+                method, path = parts[0], parts[1]  # the usual "GET /a?b HTTP/1.1"
+                q = path.find("?")
+                if q >= 0:
+                    path = path[:q]
+                if "#" in path:
+                    path = path[:path.find("#")]
+            else:
+                method, path, host = _request(req)
         else:
             method = d[self._method] if self._method else ""
             path = _split_target(d[self._path])[0] if self._path else ""
         if self._host is not None:
             host = _opt(d[self._host]) or host
+        what, status, size = "status", None, None
+        try:
+            if self._status is not None and (v := d[self._status]) != "-":
+                status = int(v)
+            what = "bytes"
+            if self._bytes is not None:
+                size = 0 if (v := d[self._bytes]) == "-" else int(v)  # Apache: "-" for 0
+        except ValueError:
+            raise BadLine(what, f"{what} is not a number: {v[:20]!r}") from None
         if "rest" in d and d["rest"] is None:
             del d["rest"]
         headers = {h: v for k, h in self._headers if (v := d[k]) != "-"}
         return LogEvent(
-            t, d[self._client] if self._client else "", method, path,
-            _int(d[self._status], "status", None) if self._status else None,
-            _int(d[self._bytes], "bytes", 0) if self._bytes else None,
+            t, d[self._client] if self._client else "", method, path, status, size,
             headers.get("user-agent"), headers.get("referer"), host, headers, d, lineno)
 
 

@@ -120,9 +120,11 @@ class _Lines:
         return self._iter_binary(self._binary)
 
     def _iter_binary(self, f: IO[bytes]) -> Iterator[str]:
-        tail = b""
+        tail = b""  # the start of a line whose newline is in a later chunk
         skipping = False  # inside a line over MAX_LINE, up to its newline
-        read = f.read
+        # read1: one read of the stream under it, so what a truncated gzip stream did hold
+        # comes out before its EOFError (read() would drop the chunk it was filling).
+        read = getattr(f, "read1", f.read)
         while True:
             try:
                 chunk = read(_CHUNK)
@@ -142,18 +144,15 @@ class _Lines:
                         yield TOO_LONG
                         tail, skipping = b"", True
                 continue
-            if skipping:
-                first = chunk.find(b"\n")
-                chunk, skipping = chunk[first + 1:], False
-                cut -= first + 1
-                tail = b""
-            if tail:
-                chunk = tail + chunk
-                cut += len(tail)
+            start = 0
+            if skipping or (tail and len(tail) + chunk.find(b"\n") > MAX_LINE):
+                if not skipping:
+                    yield TOO_LONG
+                start, tail, skipping = chunk.find(b"\n") + 1, b"", False
+            if start <= cut:
+                body = tail + chunk[start:cut] if tail else chunk[start:cut]
+                yield from body.decode("utf-8", "replace").split("\n")
             tail = chunk[cut + 1:]
-            if cut < 0:
-                continue
-            yield from chunk[:cut].decode("utf-8", "replace").split("\n")
         if tail and not skipping:
             self.tail = tail.decode("utf-8", "replace")
 
