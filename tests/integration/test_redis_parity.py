@@ -29,7 +29,7 @@ ALGORITHMS = ["token-bucket", "gcra", "leaky-bucket", "fixed-window", "sliding-w
               "sliding-window-counter"]
 WHOLE = {"leaky-bucket", "sliding-window-log"}  # whole-number costs only
 #: The algorithms with a straight-line one-limit script (`RedisCodec.fast_script`).
-FAST = ["gcra", "token-bucket"]
+FAST = ["gcra", "token-bucket", "fixed-window", "sliding-window-counter"]
 
 
 def test_every_algorithm_and_straight_line_script_is_in_these_traces() -> None:
@@ -306,16 +306,18 @@ GRACE_MS = "60000"
 
 @st.composite
 def fast_traces(draw: st.DrawFn) -> tuple[Limit, bool, list[tuple[float, int]]]:
-    """A gcra or token-bucket limit, a clock (server or client) and steps (cost, instant):
+    """A limit of an algorithm with a straight-line script, a clock (server or client) and
+    steps (cost, instant):
     the instant mostly moves forward and sometimes back; on the server clock it is whole
     microseconds at Unix-epoch scale, as TIME gives it."""
     algorithm = draw(st.sampled_from(FAST))
     rate = draw(st.sampled_from(["1/s", "2/s", "3/2s", "10/s", "5/m", "2.5/s", "7/100ms",
                                  "100/h", "3/s"]))
-    burst = draw(st.sampled_from([None, 1, 2.5, 3, 10]))
+    burst = draw(st.sampled_from([None, 1, 2.5, 3, 10])) if algorithm in ("gcra", "token-bucket") \
+        else None  # the windows take no burst
     limit = Limit(algorithm, rate, burst=burst, name="fast")
     server = draw(st.booleans())
-    costs = [1, 1, 1, 2, 0.5, 1.5, 3, 0.25, 11]  # 11: above every burst, never admitted
+    costs = [1, 1, 1, 2, 0.5, 1.5, 3, 0.25, 11, 101]  # 101: above every capacity
     if server:
         us = draw(st.sampled_from([1_764_000_000_000_000, 1_764_000_000_123_456,
                                    1_764_000_000_999_999]))
@@ -340,11 +342,20 @@ def fast_traces(draw: st.DrawFn) -> tuple[Limit, bool, list[tuple[float, int]]]:
 @example(trace=(  # client clock near 0: GCRA's tat ahead of a clock that went back
     Limit("gcra", "3/2s", burst=3, name="fast"), False,
     [(3, 1_000_000), (0.5, 700_000), (1, 2_000_001), (11, 2_000_001), (1, 1_999_999)]))
+@example(trace=(  # server clock: a window filled at its last microsecond, the next, back again
+    Limit("fixed-window", "3/s", name="fast"), True,
+    [(1, 1_764_000_000_999_999), (2, 1_764_000_000_999_999), (1, 1_764_000_000_999_999),
+     (1, 1_764_000_001_000_000), (1, 1_763_999_999_500_000), (101, 1_764_000_001_000_000)]))
+@example(trace=(  # client clock: the estimate across windows, a skipped window, back again
+    Limit("sliding-window-counter", "3/2s", name="fast"), False,
+    [(1, 1_000_000), (2, 1_500_000), (1, 2_100_000), (1, 3_900_000), (0.5, 4_000_001),
+     (1, 1_000_000), (101, 5_000_000), (1, 9_000_000)]))
 def test_straight_line_scripts_decide_as_the_general_script(
         standalone: StoreTarget, trace: tuple[Limit, bool, list[tuple[float, int]]]) -> None:
-    """one_gcra.lua and one_token_bucket.lua are the general script's arithmetic written out
-    for speed: on one trace, the straight-line script (``ONE[algorithm]``) on one key and
-    the general one (``CHECK``, charging) on another give equal decisions (same floats),
+    """one_<algorithm>.lua (gcra, token-bucket, fixed-window, sliding-window-counter) are
+    the general script's arithmetic written out for speed: on one trace, the straight-line
+    script (``ONE[algorithm]``) on one key and the general one (``CHECK``, charging) on
+    another give equal decisions (same floats),
     equal states and equal expiries after every step, on the server clock and on a client
     clock, time going backwards included."""
     from ratekeeper.stores._lua import CHECK, ONE  # noqa: PLC0415
@@ -364,7 +375,7 @@ def test_straight_line_scripts_decide_as_the_general_script(
             pin, now_arg = [str(s), str(micro)], ""
         else:
             pin, now_arg = ["", ""], repr(us / 1e6)
-        # one_<algorithm>.lua: cost, r, b, min expiry (ms), now ("" = TIME), grace (ms)
+        # one_<algorithm>.lua: cost, p1, p2, min expiry (ms), now ("" = TIME), grace (ms)
         fast_reply, fast_expiry = client.evalsha(
             fast_sha, 1, fast_key, *pin, repr(float(cost)), p1, p2, "1", now_arg, GRACE_MS)
         # check.lua: now, consume, min expiry, grace, then (id, cost, p1, p2, p3) per limit

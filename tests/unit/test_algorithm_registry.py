@@ -153,7 +153,8 @@ def test_each_lua_file_lies_beside_its_module_and_registers_the_modules_id(name:
         assert codec.fast_reset is None
         assert text in _lua.ONE[name].text and not _lua.ONE[name].straight
     else:
-        assert codec.fast_script == f"one_{stem}.lua" and codec.fast_reset is not None
+        # (a short admission reply, `fast_reset`, is optional: the windows answer one.lua's)
+        assert codec.fast_script == f"one_{stem}.lua"
         fast = files.joinpath(codec.fast_script).read_text(encoding="utf-8")
         assert _lua.ONE[name].text == fast and _lua.ONE[name].straight
         assert f"ratekeeper one-{name}:" in fast.splitlines()[0]

@@ -92,8 +92,9 @@ class RedisCodec(NamedTuple):
     #: A straight-line single-limit script beside the module (``one_<name>.lua``, faster
     #: than one.lua; tests prove it decides exactly as the general script), or None.
     fast_script: str | None = None
-    #: With `fast_script`: ``fast_reset(reply, limit) -> reset_after`` of its short admission
-    #: reply (``{remaining, ...}``). Raises ValueError (or TypeError) for any other shape.
+    #: With `fast_script`, optionally: ``fast_reset(reply, limit) -> reset_after`` of its short
+    #: admission reply (``{remaining, ...}``); None: the script answers one.lua's five values.
+    #: Raises ValueError (or TypeError) for any other shape.
     fast_reset: Callable[[list[Any], Limit], float] | None = None
 
 

@@ -96,4 +96,5 @@ def from_redis(kind: str, value: Any) -> State:
 ALGORITHM = Algorithm("fixed-window", decide, refund, ttl, LimitRules(
     "at most N per window [kP, (k+1)P)",
     window_params), RedisCodec(
-    id=4, tag="fw", script="fixed_window.lua", params=lua_params, from_redis=from_redis))
+    id=4, tag="fw", script="fixed_window.lua", params=lua_params, from_redis=from_redis,
+    fast_script="one_fixed_window.lua"))

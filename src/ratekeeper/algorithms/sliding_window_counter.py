@@ -127,4 +127,4 @@ ALGORITHM = Algorithm("sliding-window-counter", decide, refund, ttl, LimitRules(
     "Cloudflare's estimate prev*(P-elapsed)/P + curr <= N",
     window_params), RedisCodec(
     id=6, tag="swc", script="sliding_window_counter.lua", params=lua_params,
-    from_redis=from_redis))
+    from_redis=from_redis, fast_script="one_sliding_window_counter.lua"))

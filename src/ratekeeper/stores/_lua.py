@@ -32,7 +32,8 @@ class Script(NamedTuple):
 
     `straight` marks a straight-line single-limit script (its algorithm's ``fast_script``):
     it takes the short ARGV (cost, p1, p2[, min expiry, now, grace]) and answers an
-    admission with the algorithm's short reply (see `RedisCodec.fast_reset`).
+    admission with the algorithm's short reply when its codec has one
+    (`RedisCodec.fast_reset`), else with one.lua's.
     """
 
     name: str
