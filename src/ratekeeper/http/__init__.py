@@ -18,7 +18,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from ..policy._request import APIKey, ClientIP, KeyFunc, RequestInfo, User, safe_key
-from ._policy import HTTPPolicy, Outcome, Plan, Route, compile_path
+from ._policy import HTTPPolicy, Outcome, Plan, Route, RouteLimit, compile_path
 from .headers import (
     PROBLEM_CONTENT_TYPE,
     problem_body,
@@ -43,6 +43,7 @@ __all__ = [
     "RateLimitMiddleware",
     "RequestInfo",
     "Route",
+    "RouteLimit",
     "User",
     "WSGIRateLimitMiddleware",
     "compile_path",

@@ -51,11 +51,12 @@ from .._types import Decision, Limit
 from ..core import Failure, Limits, Op, Ticket, merge_decisions
 from ..policy._engine import Engine
 from ..policy._holder import PolicyHolder, Watcher
-from ..policy._http import HTTPCheck, HTTPRules, PathPattern, compile_path
+from ..policy._http import Extra, HTTPCheck, HTTPRules, PathPattern, compile_path
 from ..policy._loader import load_policies
-from ..policy._model import ConfigIssue, Policies, PolicyError
+from ..policy._model import ConfigIssue, Policies, PolicyError, PolicyLimit, Rule
 from ..policy._request import ClientIP, IPNetwork, KeyFunc, RequestInfo, safe_key
 from ..stores import MemoryStore
+from ..stores._base import Check
 from .headers import (
     problem_body,
     ratelimit_headers,
@@ -253,6 +254,55 @@ class HTTPPolicy:
         return cls(limits=policy)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class RouteLimit:
+    """Limits a framework decorator puts on one endpoint (``@limiter.limit("5/minute")``).
+
+    - `limits`: decided together with the policy's limits for the request, all-or-nothing;
+    - `endpoint`: the endpoint's name (the ``route`` of its counters);
+    - `key`: what counts separately: an attribute name (``"client_ip"``, the default; with
+      a policies file any of its ``[http.attributes]``) or a function of the `RequestInfo`
+      (None: fall back to the client IP);
+    - `mode`: ``"add"`` (the default): the policy's limits still apply, these add to them;
+      ``"replace"``: only these apply to the endpoint;
+    - `cost`: units per request (None: the policy's);
+    - `exempt`: the endpoint is not limited at all (flask-limiter's ``exempt``).
+    """
+
+    limits: tuple[Limit, ...]
+    endpoint: str
+    key: str | KeyFunc = "client_ip"
+    mode: Literal["add", "replace"] = "add"
+    cost: float | None = None
+    exempt: bool = False
+    checker: Limits | None = field(init=False, repr=False, default=None)
+    _rules: dict[str, Rule] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        where = f"limits of {self.endpoint!r}"
+        lims = _limits(self.limits, where)
+        if not lims and not self.exempt:
+            raise ValueError(f"{where}: give at least one Limit, or exempt=True")
+        set_(self, "limits", lims)
+        if self.mode not in ("add", "replace"):
+            raise ValueError(f"{where}: mode must be 'add' (with the policy's limits) or "
+                             f"'replace' (instead of them), got {self.mode!r}")
+        if self.cost is not None:
+            _check_cost(self.cost, where, lims)
+        if lims:
+            set_(self, "checker", Limits(lims, where=where))
+
+    def rule(self, domain: str) -> Rule:
+        """These limits as a policies rule of `domain` (made once per domain)."""
+        got = self._rules.get(domain)
+        if got is None:
+            got = self._rules[domain] = Rule(
+                domain, f"@{self.endpoint}", (("route", self.endpoint),),
+                tuple(PolicyLimit(lim) for lim in self.limits))
+        return got
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What to ask the limiter for one request."""
@@ -264,6 +314,7 @@ class Plan:
     reserve: bool  # use reserve() so a too-long delay can be refunded
     request: RequestInfo
     limits: tuple[Limit, ...]
+    extra: tuple[Check, ...] = ()  # a route decorator's checks (`RouteLimit`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,13 +391,16 @@ class _Engine:
 
     # -- 0. the whole request -----------------------------------------------------------
 
-    def handle(self, req: RequestInfo) -> core.Plan[Outcome | None]:
+    def handle(self, req: RequestInfo, route: RouteLimit | None = None
+               ) -> core.Plan[Outcome | None]:
         """Plan: `req`'s `Outcome` (None: not limited), its queueing delay already slept
-        and a reservation rejected for waiting too long already refunded."""
-        plan = self.plan(req)
+        and a reservation rejected for waiting too long already refunded. `route`: the
+        endpoint's decorator limits, decided with the policy's."""
+        plan = self.plan(req, route)
         if plan is None:
             return None
-        checks = self.limits[plan.index].checks(plan.key, plan.cost)
+        checks = [*(self.limits[plan.index].checks(plan.key, plan.cost)
+                    if plan.index >= 0 else ()), *plan.extra]
         ticket: Ticket | None = None
         if plan.reserve:  # a delay past max_delay gives the charge back: keep its ticket
             decisions, ticket = yield from core.decide(self.store, checks, self.clock(),
@@ -367,9 +421,12 @@ class _Engine:
 
     # -- 1. plan ------------------------------------------------------------------------
 
-    def plan(self, req: RequestInfo) -> Plan | None:
+    def plan(self, req: RequestInfo, extra: RouteLimit | None = None) -> Plan | None:
         """The limiter call for `req`, or None when the request is not limited."""
         p = self.policy
+        if extra is not None and extra.exempt:
+            self.stats["exempt"] += 1
+            return None
         path = req.path
         for rx in p._exempt_paths:
             if rx.fullmatch(path):
@@ -382,11 +439,13 @@ class _Engine:
                 route = r
                 index = self._route_index[i]
                 break
+        if extra is not None and extra.mode == "replace":
+            index = -1
         if route is not None:
-            if route.exempt or index < 0:
+            if route.exempt or (index < 0 and extra is None):
                 self.stats["exempt"] += 1
                 return None
-        elif index < 0:
+        elif index < 0 and extra is None:
             return None
         req.client_ip = ip = p.client_ip.resolve(req)
         if ip is not None and any(ip in n for n in p._exempt_nets):
@@ -402,10 +461,22 @@ class _Engine:
         cost_of = route.cost if route is not None and route.cost is not None else p.cost
         cost = float(cost_of(req) if callable(cost_of) else cost_of)
         dry = p.dry_run if route is None or route.dry_run is None else route.dry_run
-        limits = self.limit_sets[index]
+        limits = self.limit_sets[index] if index >= 0 else ()
+        checks: tuple[Check, ...] = ()
+        if extra is not None and extra.checker is not None:
+            if callable(extra.key):
+                got = extra.key(req)
+                ekey = p.client_ip.key_of(ip) if got is None else safe_key(str(got))
+            elif extra.key == "client_ip":
+                ekey = p.client_ip.key_of(ip)
+            else:
+                ekey = key
+            ecost = cost if extra.cost is None else float(extra.cost)
+            checks = tuple(extra.checker.checks(ekey, ecost))
+            limits = (*limits, *extra.limits)
         queues = any(lim.algorithm == "leaky-bucket" and not lim.nodelay for lim in limits)
         reserve = queues and p.max_delay is not None and not dry
-        return Plan(index, key, cost, dry, reserve, req, limits)
+        return Plan(index, key, cost, dry, reserve, req, limits, checks)
 
     # -- 2. outcome ---------------------------------------------------------------------
 
@@ -459,7 +530,8 @@ class _PoliciesEngine:
         """`req`'s descriptors under the live policies (None: not limited)."""
         return self.rules.map(req, self.clock())
 
-    def handle(self, req: RequestInfo) -> core.Plan[Outcome | None]:
+    def handle(self, req: RequestInfo, route: RouteLimit | None = None
+               ) -> core.Plan[Outcome | None]:
         """Plan: as `_Engine.handle`, for a policies file."""
         if self.watcher is not None:
             self.watcher.tick()
@@ -467,7 +539,7 @@ class _PoliciesEngine:
         rules = snap.http
         if rules is None:  # a reloaded file without [http]: the holder refuses those
             return None
-        check = rules.map(req, self.clock())
+        check = rules.map(req, self.clock(), None if route is None else _extra_of(route))
         if check is None:
             self.stats["exempt"] += 1
             return None
@@ -494,6 +566,11 @@ class _PoliciesEngine:
         elif out.delay > 0:
             yield Op(self.sleep, "sleep", (out.delay,))
         return out
+
+
+def _extra_of(route: RouteLimit) -> Extra:
+    """A decorator's limits as the policies mapping takes them."""
+    return Extra(route.endpoint, route.rule, route.key, route.mode, route.cost, route.exempt)
 
 
 class _Response(Protocol):

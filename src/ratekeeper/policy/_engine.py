@@ -127,6 +127,8 @@ class DescriptorRequest:
     entries: tuple[tuple[str, str], ...]
     hits: float | None = None
     override: Override | None = None
+    #: The rule to apply instead of matching the domain's (a route decorator's limits).
+    rule: Rule | None = None
 
 
 class DescriptorStatus(NamedTuple):
@@ -318,7 +320,8 @@ class Engine:
         looks: dict[tuple[str, str], Check] = {}  # cost 0: the same answer for any group
         # Rules first, for envoyproxy/ratelimit's `replaces` (it needs every match).
         matched = drop_replaced([
-            self._override_rule(dom.name, d) if d.override is not None
+            d.rule if d.rule is not None
+            else self._override_rule(dom.name, d) if d.override is not None
             and settings.allow_overrides else dom.match(d.entries) for d in descriptors])
         for i, d in enumerate(descriptors):
             rule = matched[i]

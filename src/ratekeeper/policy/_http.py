@@ -37,10 +37,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from ._engine import DescriptorRequest
 from ._request import ClientIP, IPNetwork, RequestInfo
+
+if TYPE_CHECKING:
+    from ._model import Rule
 
 __all__ = [
     "BUILTIN_ATTRIBUTES",
@@ -312,6 +315,19 @@ class HTTPRoute:
         return default if self.cost is None else self.cost
 
 
+class Extra(NamedTuple):
+    """Limits a framework decorator adds to one endpoint (`ratekeeper.http.RouteLimit` in
+    the terms of this mapping): `rule(domain)` gives its pre-matched rule, whose descriptor
+    is ``[("route", endpoint), (key, value of `key`)]``."""
+
+    endpoint: str
+    rule: Callable[[str], Rule]
+    key: str | Callable[[RequestInfo], object]
+    mode: RouteMode
+    cost: float | None
+    exempt: bool
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class HTTPCheck:
     """What to decide for one request: the `descriptors` of `domain`, `cost` hits each."""
@@ -372,10 +388,14 @@ class HTTPRules:
         set_(self, "_exempt_nets", tuple(ipaddress.ip_network(n, strict=False)
                                          for n in self.exempt_networks))
 
-    def map(self, req: RequestInfo, now: float) -> HTTPCheck | None:
+    def map(self, req: RequestInfo, now: float, extra: Extra | None = None
+            ) -> HTTPCheck | None:
         """The descriptors to decide for `req` (None: not limited). Sets ``req.client_ip``.
 
-        `now` is the engine's clock (for cached hooks)."""
+        `now` is the engine's clock (for cached hooks); `extra`, an endpoint decorator's
+        limits (added to the descriptors, or replacing them)."""
+        if extra is not None and extra.exempt:
+            return None
         path, method = req.path, req.method
         host = req.headers.get("host", "")
         cover = self._cover
@@ -400,7 +420,9 @@ class HTTPRules:
             groups = route.descriptors
         else:
             groups = self.descriptors + route.descriptors
-        if not groups:
+        if extra is not None and extra.mode == "replace":
+            groups = ()
+        if not groups and extra is None:
             return None
         route_name = "" if route is None else route.name
         values: dict[str, str | None] = {}
@@ -420,9 +442,28 @@ class HTTPRules:
                 entries.append((e.key, v))
             else:
                 out.append(DescriptorRequest(tuple(entries)))
+        if extra is not None:
+            rule = extra.rule(self.domain)
+            if callable(extra.key):
+                got = extra.key(req)
+                v = None if got is None else bounded(str(got))
+                name = "key"
+            else:
+                name = extra.key
+                if name not in self.attributes and name not in BUILTIN_ATTRIBUTES:
+                    raise ValueError(f"a decorator on {extra.endpoint!r} counts by "
+                                     f"{name!r}, which is not an attribute of the policies' "
+                                     f"[http] part; known: {sorted(self.attribute_names())}")
+                v = self._value(name, req, route_name, values, now)
+            if v is None:  # no key: by the client's address, as a key function's None
+                name, v = "client_ip", self._value("client_ip", req, route_name, values, now)
+            assert v is not None
+            out.append(DescriptorRequest((("route", extra.endpoint), (name, v)), rule=rule))
         if not out:
             return None
-        if route is None:
+        if extra is not None and extra.cost is not None:
+            cost, dry, max_delay = extra.cost, self.dry_run, self.max_delay
+        elif route is None:
             cost, dry, max_delay = self.cost, self.dry_run, self.max_delay
         else:
             cost = route.cost_of(method, self.cost)
