@@ -130,7 +130,7 @@ def test_the_bound_is_per_limit() -> None:
 
 def test_recovered_keys_are_evicted_before_unrecovered_ones() -> None:
     lim = Limit("token-bucket", "1/s", burst=10)
-    store = MemoryStore(max_keys=100)
+    store = MemoryStore(max_keys=100, sweep_every=10**9)  # eviction alone, no expiry sweeps
     store.decide_one(lim, "busy0", 10, 0.0)  # empty bucket: recovers at t = 10
     store.decide_one(lim, "busy1", 10, 0.0)
     store.decide_one(lim, "idle2", 1, 0.0)  # recovers at t = 1
