@@ -51,7 +51,16 @@ from .._types import Decision, Limit
 from ..core import Failure, Limits, Op, Ticket, merge_decisions
 from ..policy._engine import Engine
 from ..policy._holder import PolicyHolder, Watcher
-from ..policy._http import Extra, HTTPCheck, HTTPRules, PathPattern, compile_path
+from ..policy._http import (
+    Extra,
+    HTTPCheck,
+    HTTPRules,
+    PathPattern,
+    Verdict,
+    compile_path,
+    decide_request,
+    verdict_of,
+)
 from ..policy._loader import load_policies
 from ..policy._model import ConfigIssue, Policies, PolicyError, PolicyLimit, Rule
 from ..policy._request import ClientIP, IPNetwork, KeyFunc, RequestInfo, safe_key
@@ -482,9 +491,10 @@ class _Engine:
 
     def outcome(self, plan: Plan, d: Decision) -> Outcome:
         p = self.policy
-        return respond(p, self.stats, plan.request, plan.key, d, dry_run=plan.dry_run,
-                       max_delay=p.max_delay, reserve=plan.reserve, limits=plan.limits,
-                       failure=self.failure.policy, on_decision=p.on_decision)
+        d, verdict, refund = verdict_of(d, dry_run=plan.dry_run, max_delay=p.max_delay)
+        return respond(p, self.stats, plan.request, d, verdict, key=plan.key, limits=plan.limits,
+                       failure=self.failure.policy, refund=refund and plan.reserve,
+                       on_decision=p.on_decision)
 
 
 class _PoliciesEngine:
@@ -532,38 +542,23 @@ class _PoliciesEngine:
 
     def handle(self, req: RequestInfo, route: RouteLimit | None = None
                ) -> core.Plan[Outcome | None]:
-        """Plan: as `_Engine.handle`, for a policies file."""
+        """Plan: as `_Engine.handle`, for a policies file (`ratekeeper.policy.decide_request`,
+        rendered as a response)."""
         if self.watcher is not None:
             self.watcher.tick()
         snap = self.source()
+        hd = yield from decide_request(self.decider, snap, req, self.clock(),
+                                       None if route is None else _extra_of(route))
+        if hd is None:
+            self.stats["exempt"] += 1
+            return None
         rules = snap.http
-        if rules is None:  # a reloaded file without [http]: the holder refuses those
-            return None
-        check = rules.map(req, self.clock(), None if route is None else _extra_of(route))
-        if check is None:
-            self.stats["exempt"] += 1
-            return None
-        result = yield from self.decider.plan(snap, check.domain, check.descriptors,
-                                              check.cost)
-        d = result.decision
-        if d is None:  # no descriptor met a limit (unmatched or unlimited)
-            self.stats["exempt"] += 1
-            return None
-        queues = any(lim.algorithm == "leaky-bucket" and not lim.nodelay
-                     for lim in result.policies)
-        reserve = queues and check.max_delay is not None and not check.dry_run
+        assert rules is not None  # decide_request answered None otherwise
         key = ";".join(",".join(f"{k}={v}" for k, v in desc.entries)
-                       for desc in check.descriptors)
-        out = respond(rules, self.stats, req, key, d, dry_run=check.dry_run,
-                      max_delay=check.max_delay, reserve=reserve, limits=result.policies,
-                      failure=snap.settings.failure)
-        if out.refund:
-            if result.ticket is not None:
-                try:
-                    yield from core.refund(result.ticket, self.clock())
-                except StoreError as e:  # the charge stays and expires as usual
-                    log.warning("could not refund a rejected reservation: %s", e)
-        elif out.delay > 0:
+                       for desc in hd.check.descriptors)
+        out = respond(rules, self.stats, req, hd.decision, hd.verdict, key=key,
+                      limits=hd.result.policies, failure=snap.settings.failure)
+        if out.delay > 0:
             yield Op(self.sleep, "sleep", (out.delay,))
         return out
 
@@ -586,36 +581,23 @@ class _Response(Protocol):
     def problem_type(self) -> str: ...
 
 
-def respond(p: _Response, stats: dict[str, int], req: RequestInfo, key: str, d: Decision, *,
-            dry_run: bool, max_delay: float | None, reserve: bool, limits: Sequence[Limit],
-            failure: str,
+def respond(p: _Response, stats: dict[str, int], req: RequestInfo, d: Decision,
+            verdict: Verdict, *, key: str, limits: Sequence[Limit], failure: str,
+            refund: bool = False,
             on_decision: Callable[[RequestInfo, Decision, str], None] | None = None
             ) -> Outcome:
-    """What to do with one request's decision (step 3 of the module docstring), counted in
-    `stats`: pass (with its RateLimit fields, after a queueing delay), or reject."""
-    headers = ratelimit_headers(d, legacy=p.legacy_headers, policies=limits)
+    """The response for one request's `verdict` (`ratekeeper.policy.verdict_of`), counted
+    in `stats`: pass (with its RateLimit fields, after a queueing delay), or reject."""
     if d.degraded:
         stats["degraded"] += 1
-        if p.degraded_header:
-            headers.append((p.degraded_header, failure))
-    refund = False
-    if d.allowed and max_delay is not None and d.delay > max_delay:
-        # Queued too long: reject now; retrying once the queue has drained enough works.
-        d = d._replace(allowed=False, retry_after=d.delay - max_delay, delay=0.0)
-        refund = reserve
+    if d.allowed or verdict == "shadow-rejected":
         headers = ratelimit_headers(d, legacy=p.legacy_headers, policies=limits)
-    if d.allowed:
-        verdict = "delayed" if d.delay > 0 else "allowed"
-        out = Outcome("pass", d, headers, delay=d.delay)
-        if dry_run and d.delay > 0:
-            verdict = "shadow-delayed"
-            out = Outcome("pass", d, headers)
-    elif dry_run:
-        verdict = "shadow-rejected"
-        log.info("dry run: would reject %s %s for key %r: %r", req.method, req.path, key, d)
-        out = Outcome("pass", d, headers)
+        if d.degraded and p.degraded_header:
+            headers.append((p.degraded_header, failure))
+        if verdict == "shadow-rejected":
+            log.info("dry run: would reject %s %s for key %r: %r", req.method, req.path, key, d)
+        out = Outcome("pass", d, headers, delay=d.delay if verdict == "delayed" else 0.0)
     else:
-        verdict = "rejected"
         log.debug("rejecting %s %s for key %r: %r", req.method, req.path, key, d)
         hdrs = rejection_headers(d, legacy=p.legacy_headers, policies=limits)
         if d.degraded and p.degraded_header:

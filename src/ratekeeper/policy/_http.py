@@ -39,21 +39,27 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from ._engine import DescriptorRequest
+from .. import core
+from .._errors import StoreError
+from .._types import Decision
+from ._engine import CheckResult, DescriptorRequest, Engine
 from ._request import ClientIP, IPNetwork, RequestInfo
 
 if TYPE_CHECKING:
-    from ._model import Rule
+    from ._model import Policies, Rule
 
 __all__ = [
     "BUILTIN_ATTRIBUTES",
     "Attribute",
     "Entry",
     "HTTPCheck",
+    "HTTPDecision",
     "HTTPRoute",
     "HTTPRules",
     "PathPattern",
     "compile_path",
+    "decide_request",
+    "verdict_of",
 ]
 
 log = logging.getLogger("ratekeeper.policy")
@@ -508,3 +514,63 @@ class HTTPRules:
     def attribute_names(self) -> set[str]:
         return {*BUILTIN_ATTRIBUTES, *self.attributes}
 
+
+
+#: What happened to one request: admitted (now, or after a queueing ``delay``), rejected,
+#: or, in dry run, what would have happened.
+Verdict = Literal["allowed", "delayed", "rejected", "shadow-rejected", "shadow-delayed"]
+
+
+def verdict_of(d: Decision, *, dry_run: bool, max_delay: float | None
+               ) -> tuple[Decision, Verdict, bool]:
+    """A request's decision as a verdict: ``(decision, verdict, refund)``.
+
+    A queued request that would wait longer than `max_delay` is rejected instead (its
+    retry is when the queue has drained enough), and `refund` says its charge must be given
+    back. Dry run turns a reject or a delay into a pass but keeps the decision.
+    """
+    refund = False
+    if d.allowed and max_delay is not None and d.delay > max_delay:
+        d = d._replace(allowed=False, retry_after=d.delay - max_delay, delay=0.0)
+        refund = not dry_run
+    if d.allowed:
+        if d.delay > 0:
+            return d, "shadow-delayed" if dry_run else "delayed", False
+        return d, "allowed", False
+    return d, "shadow-rejected" if dry_run else "rejected", refund
+
+
+class HTTPDecision(NamedTuple):
+    """One request decided: its `check`, the engine's `result`, the (possibly max_delay-
+    rejected) `decision`, and the `verdict`. A driver sleeps ``decision.delay`` for a
+    ``"delayed"`` verdict; the plan has already refunded a reservation rejected for
+    waiting too long."""
+
+    check: HTTPCheck
+    result: CheckResult
+    decision: Decision
+    verdict: Verdict
+
+
+def decide_request(engine: Engine, snap: Policies, req: RequestInfo, now: float,
+                   extra: Extra | None = None) -> core.Plan[HTTPDecision | None]:
+    """Plan: `req` under the snapshot `snap` (its ``[http]`` part and domain rules): None
+    when not limited (not covered, exempt, or no descriptor met a limit), else its
+    `HTTPDecision`. The middleware, the service's ``/v1/http`` and replay all run this."""
+    rules = snap.http
+    if rules is None:
+        return None
+    check = rules.map(req, now, extra)
+    if check is None:
+        return None
+    result = yield from engine.plan(snap, check.domain, check.descriptors, check.cost)
+    d = result.decision
+    if d is None:  # every descriptor unmatched or unlimited
+        return None
+    d, verdict, refund = verdict_of(d, dry_run=check.dry_run, max_delay=check.max_delay)
+    if refund and result.ticket is not None:
+        try:
+            yield from core.refund(result.ticket, now)
+        except StoreError as e:  # the charge stays and expires as usual
+            log.warning("could not refund a rejected reservation: %s", e)
+    return HTTPDecision(check, result, d, verdict)
