@@ -18,7 +18,7 @@ _CLF = re.compile(r"(\d{1,2})/([A-Za-z]{3})/(\d{4}):(\d{2}):(\d{2}):(\d{2})"
 #: ``2000-10-10T13:55:36-07:00``, with optional fraction, ``Z``, ``+0700`` or no zone.
 _ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(\.\d+)?"
                   r"(?:([+-])(\d{2}):?(\d{2})|(Z|z))?")
-_CACHE_SIZE = 4096
+_CACHE_SIZE = 1024  # seconds of a nearly sorted log: the recent ones are enough
 _UTC = timezone.utc
 
 
