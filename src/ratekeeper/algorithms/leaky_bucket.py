@@ -69,10 +69,21 @@ def limit_params(algorithm: str, rate: Rate, burst: float | None, nodelay: bool,
 
 def params(limit: Limit) -> tuple[int, int, int]:
     """(rate in milli-requests per second, burst in milli-requests, delay threshold)."""
+    # Every decision needs these; a Limit is immutable, so they are computed once per Limit
+    # object (held with it, so an id is never mistaken for a later object's).
+    known = _PARAMS.get(id(limit))
+    if known is not None and known[0] is limit:
+        return known[1]
     rate = int(limit.per_second * 1000 + EPS)
     burst = int((limit.burst or 0) * 1000)
     threshold = _NEVER if limit.nodelay else limit.delay * 1000
+    if len(_PARAMS) >= 1024:
+        _PARAMS.clear()  # many short-lived limits (tests, reloads): stay bounded
+    _PARAMS[id(limit)] = (limit, (rate, burst, threshold))
     return rate, burst, threshold
+
+
+_PARAMS: dict[int, tuple[Limit, tuple[int, int, int]]] = {}
 
 
 def _level(state: State | None, now_ms: int, rate: int) -> tuple[int, int]:
@@ -92,29 +103,52 @@ def _level(state: State | None, now_ms: int, rate: int) -> tuple[int, int]:
 def decide(
     state: State | None, now: float, cost: float, limit: Limit
 ) -> tuple[State | None, Decision]:
+    # `_level`, `_drain_ms` and `ttl` written out inline (the same integer operations, in the
+    # same order): this is the hot path of every in-memory decision.
     rate, burst, threshold = params(limit)
     now_ms = round(now * 1000)
-    level, stamp = _level(state, now_ms, rate)
+    if state is None:
+        level, stamp = -1000, now_ms
+    else:
+        excess0, last = state
+        ms = now_ms - last
+        if ms < -60000:
+            ms = 1
+        elif ms < 0:
+            ms = 0
+        level = excess0 - rate * ms // 1000
+        if level < -1000:
+            level = -1000
+        stamp = now_ms if ms else last
     c = round(cost) * 1000
     excess = level + c
-    excess = max(excess, 0)
+    if excess < 0:
+        excess = 0
     if excess <= burst:
         delay = 0.0 if excess <= threshold else ((excess - threshold) * 1000 // rate) / 1000
-        remaining = (burst - excess) // 1000
-        reset = (stamp + _drain_ms(excess, rate)) / 1000 - now  # until drained to rest
+        # until drained to rest
+        reset = (stamp + -(-(excess + 1000) * 1000 // rate)) / 1000 - now
         return (excess, stamp), new_decision(
-            Decision, (True, remaining, 0.0, reset, delay, limit, False)
+            Decision, (True, (burst - excess) // 1000, 0.0, reset, delay, limit, False)
         )
+    remaining = (burst - level) // 1000
+    if remaining < 0:
+        remaining = 0
+    if state is None:
+        excess0, last = 0, now_ms
+        reset = 0.0
+    else:
+        reset = (last + -(-(excess0 + 1000) * 1000 // rate)) / 1000 - now  # ttl(state)
+        if not reset > 0.0:
+            reset = 0.0
     if c - 1000 > burst:
-        retry = None  # even an idle bucket cannot take this cost
+        retry: float | None = None  # even an idle bucket cannot take this cost
     else:
         # Need rate * T // 1000 >= need (T in ms from last); solve for the smallest T.
-        excess0, last = state if state is not None else (0, now_ms)
-        need = excess0 + c - burst
-        wait_ms = -(-need * 1000 // rate)
-        retry = max(0.0, (last + wait_ms - now_ms) / 1000)
-    remaining = max(0, (burst - level) // 1000)
-    reset = 0.0 if state is None else max(0.0, ttl(state, now, limit))
+        wait_ms = -(-(excess0 + c - burst) * 1000 // rate)
+        retry = (last + wait_ms - now_ms) / 1000
+        if not retry > 0.0:
+            retry = 0.0
     return None, new_decision(Decision, (False, remaining, retry, reset, 0.0, limit, False))
 
 
