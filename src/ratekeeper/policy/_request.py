@@ -385,3 +385,46 @@ class User:
         if uid is None or uid == "":
             return None
         return f"user:{uid}"
+
+
+REQUEST_MEMBERS = ("method", "path", "headers", "client")
+
+
+def request_from_json(obj: Mapping[str, object], where: str = "the request") -> RequestInfo:
+    """A request described as JSON, as the service's ``/v1/http`` and replay traces give it:
+    ``{"method": "GET", "path": "/api/items", "headers": {"x-user": "alice"},
+    "client": "203.0.113.7"}`` (``client``: the TCP peer's address; forwarding headers are
+    believed only from trusted proxies). Other members are not read here (a trace's
+    ``t``). Raises `ValueError` saying what is wrong."""
+    method = obj.get("method", "GET")
+    if not isinstance(method, str) or not method.isalpha() or len(method) > 20:
+        raise ValueError(f"{where}: method must be an HTTP method such as \"GET\", "
+                         f"got {method!r:.40}")
+    path = obj.get("path")
+    if not isinstance(path, str) or not path.startswith("/") or len(path) > 8192 \
+            or not _is_text(path):
+        raise ValueError(f"{where}: path must be a request path starting with '/' (text, at "
+                         f"most 8192 characters), got {path!r:.60}")
+    raw = obj.get("headers", {})
+    if not isinstance(raw, Mapping) or len(raw) > 100 or not all(
+            isinstance(k, str) and isinstance(v, str) and _is_text(k) and _is_text(v)
+            for k, v in raw.items()):
+        raise ValueError(f"{where}: headers must be an object of at most 100 text strings, "
+                         'e.g. {"x-user": "alice"}')
+    headers: dict[str, str] = {}
+    for k, v in raw.items():
+        name = k.lower()
+        headers[name] = f"{headers[name]}, {v}" if name in headers else v
+    client = obj.get("client")
+    if client is not None and not (isinstance(client, str) and 0 < len(client) <= 64):
+        raise ValueError(f"{where}: client must be an IP address string, got {client!r:.60}")
+    return RequestInfo(method.upper(), path.split("?", 1)[0], headers, client)
+
+
+def _is_text(s: str) -> bool:
+    """Valid Unicode (no lone surrogate, which a JSON escape can produce)."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

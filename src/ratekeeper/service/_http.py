@@ -11,6 +11,11 @@ Routes:
   ``application/problem+json`` body saying what is wrong: ``400`` malformed or invalid,
   ``404`` unknown domain (strict mode), ``413`` body over the limit. The body must be JSON
   whatever its Content-Type says (so ``curl -d '{...}'`` works).
+- ``POST /v1/http``: ``{"method": "POST", "path": "/login", "headers": {...}, "client":
+  "203.0.113.7"}`` -> what the middleware would do with that request under the policies'
+  ``[http]`` part (its verdict, status, headers, decision and the descriptors it sent),
+  decided on the same counters: a gateway or a non-Python app can share the limits of the
+  in-process middleware. ``400`` when the policies have no ``[http]`` part.
 - ``GET /v1/policies``: the live policies, documented (every domain, rule and limit).
 - ``GET /healthz``: 200 while the process serves (503 once it is shutting down).
 - ``GET /readyz``: 200 when the store answers and the service is not shutting down.
@@ -35,7 +40,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -44,9 +49,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .. import core
 from .._json import decision_json
 from .._types import Decision
-from ..http.headers import PROBLEM_CONTENT_TYPE, problem_body
+from ..http.headers import PROBLEM_CONTENT_TYPE, problem_body, ratelimit_headers, rejection_headers
 from ..policy._engine import (
     MAX_DESCRIPTORS,
     CheckResult,
@@ -58,6 +64,9 @@ from ..policy._engine import (
     check_text,
     make_descriptor,
 )
+from ..policy._http import HTTPDecision, decide_request
+from ..policy._model import Policies
+from ..policy._request import RequestInfo, request_from_json
 from ._service import Service, result_headers
 from ._stats import PrometheusStats
 
@@ -138,8 +147,8 @@ def _cost(obj: Mapping[str, Any], where: str) -> Any:
     return obj.get("cost", obj.get("hits_addend"))
 
 
-def parse_check(body: bytes) -> tuple[str, list[DescriptorRequest], float]:
-    """Validate a ``/v1/check`` body: ``(domain, descriptors, cost)``, or `InvalidRequest`."""
+def _json_object(body: bytes, example: str) -> dict[str, Any]:
+    """The body as a JSON object, or `InvalidRequest` saying what is wrong with it."""
     try:
         # Decoded here, strictly: json.loads(bytes) would guess UTF-16/32 and let encoded
         # surrogates through ("surrogatepass"); RFC 8259 JSON between systems is UTF-8.
@@ -152,8 +161,13 @@ def parse_check(body: bytes) -> tuple[str, list[DescriptorRequest], float]:
     except (ValueError, RecursionError) as e:
         raise InvalidRequest(f"the body is not valid JSON: {e}") from None
     if not isinstance(obj, dict):
-        raise InvalidRequest('the body must be a JSON object such as {"domain": "api", '
-                             '"descriptors": [{"user": "alice"}]}')
+        raise InvalidRequest(f"the body must be a JSON object such as {example}")
+    return obj
+
+
+def parse_check(body: bytes) -> tuple[str, list[DescriptorRequest], float]:
+    """Validate a ``/v1/check`` body: ``(domain, descriptors, cost)``, or `InvalidRequest`."""
+    obj = _json_object(body, '{"domain": "api", "descriptors": [{"user": "alice"}]}')
     unknown = [k for k in obj if k not in _TOP_MEMBERS]
     if unknown:
         raise InvalidRequest(f"unknown member(s) {unknown}; expected: {', '.join(_TOP_MEMBERS)}")
@@ -237,6 +251,48 @@ def result_json(r: CheckResult) -> dict[str, Any]:
     return out
 
 
+def parse_http_request(body: bytes) -> RequestInfo:
+    """Validate a ``/v1/http`` body (`ratekeeper.policy.request_from_json`)."""
+    obj = _json_object(body, '{"method": "GET", "path": "/", "client": "203.0.113.7"}')
+    try:
+        return request_from_json(obj)
+    except ValueError as e:
+        raise InvalidRequest(str(e)) from None
+
+
+def http_result_json(hd: HTTPDecision | None, snap: Policies) -> dict[str, Any]:
+    """The ``/v1/http`` answer: what the middleware would do with the request."""
+    if hd is None:
+        return {"allowed": True, "verdict": "not_limited", "status": 200, "decision": None,
+                "headers": {}, "descriptors": [], "route": None,
+                "generation": snap.generation}
+    rules = snap.http
+    assert rules is not None
+    d = hd.decision
+    limits = hd.result.policies
+    rejected = hd.verdict == "rejected"
+    if rejected:
+        headers = rejection_headers(d, legacy=rules.legacy_headers, policies=limits,
+                                    content_type=False)
+    else:
+        headers = ratelimit_headers(d, legacy=rules.legacy_headers, policies=limits)
+    out: dict[str, Any] = {
+        "allowed": not rejected,
+        "verdict": hd.verdict,
+        "status": rules.status if rejected else 200,
+        "decision": decision_json(d),
+        "headers": dict(headers),
+        "descriptors": [[list(e) for e in desc.entries] for desc in hd.check.descriptors],
+        "route": hd.check.route or None,
+        "degraded": d.degraded,
+        "generation": snap.generation,
+    }
+    if rejected:
+        out["problem"] = json.loads(problem_body(d, status=rules.status,
+                                                 type_=rules.problem_type))
+    return out
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     length = request.headers.get("content-length")
     if length is not None:
@@ -261,15 +317,17 @@ def create_app(service: Service) -> Starlette:
     engine = service.engine
     stats = service.stats
 
-    async def check(request: Request) -> Response:
+    async def answer(request: Request,
+                     decide: Callable[[bytes], Awaitable[tuple[str, dict[str, Any]]]]
+                     ) -> Response:
+        """One POST: read the body, `decide` it (-> metric result, JSON answer); every
+        client mistake a 4xx problem, a bug a logged 500."""
         t0 = time.perf_counter()
         result = "error"
         try:
             body = await _read_body(request, service.max_body)
-            domain, descriptors, cost = parse_check(body)
-            res = await engine.check(domain, descriptors, cost)
-            result = "ok" if res.known_domain else "unknown_domain"
-            return _JSON(result_json(res))
+            result, doc = await decide(body)
+            return _JSON(doc)
         except _BodyTooLarge as e:
             result = "too_large"
             return _problem(413, "Content Too Large",
@@ -290,11 +348,33 @@ def create_app(service: Service) -> Starlette:
         except Exception:
             # Answered here rather than by Starlette's error middleware, which re-raises to
             # uvicorn: that logs the error a second time and closes the keep-alive connection.
-            log.exception("unhandled error in POST /v1/check", extra={"event": "http_error"})
+            log.exception("unhandled error in POST %s", request.url.path,
+                          extra={"event": "http_error"})
             return _problem(500, "Internal Server Error",
                             "the service failed to answer; see its log")
         finally:
             stats.request("http", result, time.perf_counter() - t0)
+
+    async def decide_check(body: bytes) -> tuple[str, dict[str, Any]]:
+        domain, descriptors, cost = parse_check(body)
+        res = await engine.check(domain, descriptors, cost)
+        return "ok" if res.known_domain else "unknown_domain", result_json(res)
+
+    async def decide_http(body: bytes) -> tuple[str, dict[str, Any]]:
+        snap = service.holder.current
+        if snap.http is None:
+            raise InvalidRequest(f"the policies ({snap.source}) have no [http] part, so a "
+                                 "request cannot be mapped to descriptors; POST descriptors "
+                                 "to /v1/check instead, or add [http]")
+        req = parse_http_request(body)
+        hd = await core.arun(decide_request(engine, snap, req, engine.clock()))
+        return "ok", http_result_json(hd, snap)
+
+    async def check(request: Request) -> Response:
+        return await answer(request, decide_check)
+
+    async def http_check(request: Request) -> Response:
+        return await answer(request, decide_http)
 
     async def policies(request: Request) -> Response:
         doc = service.holder.current.describe()
@@ -344,6 +424,7 @@ def create_app(service: Service) -> Starlette:
     return Starlette(
         routes=[
             Route("/v1/check", check, methods=["POST"]),
+            Route("/v1/http", http_check, methods=["POST"]),
             Route("/v1/policies", policies, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
