@@ -1,35 +1,68 @@
-"""Per-endpoint limits for FastAPI (a dependency) and Starlette (an exception handler).
+"""Per-endpoint limits for FastAPI: slowapi's ``@limiter.limit`` habit, decided together
+with the policy's defaults (one decision per request, all-or-nothing).
 
     from fastapi import Depends, FastAPI
     from ratekeeper import Limit
-    from ratekeeper.http.fastapi import RateLimit, install_problem_handler
+    from ratekeeper.http.fastapi import Limiter, install_problem_handler
 
-    app = FastAPI()
-    install_problem_handler(app)          # 429s as application/problem+json
+    limiter = Limiter([Limit("gcra", "10/s", burst=20, name="per-client")])  # the defaults
+    app = FastAPI(dependencies=[Depends(limiter)])   # every request: ONE decision
+    install_problem_handler(app)                      # 429s as application/problem+json
+
+    @app.get("/search")
+    @limiter.limit("5/minute")                  # mode="add" (default): 10/s AND 5/minute
+    async def search(q: str) -> dict[str, str]: ...
+
+    @app.post("/upload")
+    @limiter.limit("2/minute", mode="replace")  # only 2/minute, the defaults do not apply
+    async def upload() -> dict[str, str]: ...
+
+    @app.get("/health")
+    @limiter.exempt                             # not limited at all
+    async def health() -> str: ...
+
+`Limiter(policy, **options)` takes what the middleware takes: an `HTTPPolicy`, its default
+limits, or a policies file (``[http]`` part), and the adapter options (`store`, `clock`,
+...). The global dependency finds the request's endpoint (``scope["endpoint"]``) and its
+decorator limits, and decides them with the policy's in one ``engine.handle``. A decorated
+endpoint of an app without the global dependency is still limited (its decorator decides,
+with the defaults, when the endpoint is called); an undecorated one then is not.
+
+``@limiter.limit(limits, key="client_ip", algorithm="fixed-window", burst=None,
+mode="add", cost=None, name=None)``: `limits` is a rate string (``"5/minute"``), a `Limit`,
+or a list of them; stacked decorators add limits to the same endpoint (with one key, mode
+and cost). `key` is ``"client_ip"``, ``"header:<name>"``, a function of the `RequestInfo`,
+``"key"`` (a Python policy's key function) or, with a policies file, any attribute of its
+``[http]`` part (``"user"``...). `name` names the limit (its state and its RateLimit
+field); by default ``"<function>:<rate>"``.
+
+The older `RateLimit` dependency limits one endpoint (or router) on its own:
+
     search_limit = RateLimit([Limit("gcra", "1/s", burst=5, name="search")])
 
     @app.get("/search", dependencies=[Depends(search_limit)])
     async def search(q: str) -> dict[str, str]: ...
 
-The dependency makes one decision per request with the same `HTTPPolicy` machinery as the
-middleware (give it an `HTTPPolicy` for keys, costs, dry run...). Admitted: it waits out any
-queueing delay and adds the RateLimit fields to the response FastAPI builds from the
-endpoint's return value (an endpoint that returns a `Response` object itself must copy them
-from ``request.scope["ratekeeper.decision"]`` with `ratelimit_headers`). Rejected: it raises
-`RateLimited` (an ``HTTPException`` carrying Retry-After and the RateLimit fields), rendered
-as problem+json by `install_problem_handler`'s handler, or as FastAPI's usual
-``{"detail": ...}`` JSON without it.
-
-A dependency and the middleware decide separately: limits that must be decided
-all-or-nothing belong in one `Route` (or one dependency).
+Admitted: the dependency waits out any queueing delay and adds the RateLimit fields to the
+response FastAPI builds from the endpoint's return value (an endpoint that returns a
+`Response` object itself must copy them from ``request.scope["ratekeeper.decision"]`` with
+`ratelimit_headers`). Rejected: it raises `RateLimited` (an ``HTTPException`` carrying
+Retry-After and the RateLimit fields), rendered as problem+json by
+`install_problem_handler`'s handler, or as FastAPI's usual ``{"detail": ...}`` JSON without
+it. A `RateLimit` dependency and the middleware decide separately; a `Limiter` decides the
+defaults and the endpoint's limits as one.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
+    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
     from starlette.responses import Response
@@ -43,11 +76,32 @@ from .._types import Decision
 from ..core import arun
 from ..policy._request import RequestInfo
 from ..stores import AsyncStore
-from ._policy import Outcome, _Adapter
+from ._decorators import (
+    KeySpec,
+    LimitSpec,
+    Mode,
+    Registry,
+    Spec,
+    check_key,
+    endpoint_name,
+    make_limits,
+)
+from ._policy import Outcome, PolicySpec, RouteLimit, _Adapter
 from .asgi import ASYNC, SCOPE_KEY, AsyncSleep
 from .headers import PROBLEM_CONTENT_TYPE
 
-__all__ = ["RateLimit", "RateLimited", "install_problem_handler", "problem_response"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._policy import AdapterOptions
+
+__all__ = ["Limiter", "RateLimit", "RateLimited", "install_problem_handler",
+           "problem_response"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Set in the scope once a `Limiter` decided the request (so it is decided once).
+DECIDED_KEY = "ratekeeper.decided"
 
 
 class RateLimited(HTTPException):
@@ -86,14 +140,106 @@ class RateLimit(_Adapter[AsyncStore, AsyncSleep]):
     _kind = ASYNC
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
-        info = RequestInfo.from_asgi(request.scope)
-        info.native = request
-        out = await arun(self.engine.handle(info))
-        if out is None:  # not limited
-            return None
-        if out.action == "reject":
-            raise RateLimited(out)
-        request.scope[SCOPE_KEY] = out.decision
-        for name, value in out.headers:
-            response.headers.append(name, value)
-        return out.decision
+        return await _decide(self, request, response, None)
+
+
+async def _decide(adapter: _Adapter[AsyncStore, AsyncSleep], request: Request,
+                  response: Response, route: RouteLimit | None) -> Decision | None:
+    """One decision for `request` (with `route`'s limits): raise `RateLimited`, or add the
+    RateLimit fields to `response` and return the decision (None: not limited)."""
+    info = RequestInfo.from_asgi(request.scope)
+    info.native = request
+    out = await arun(adapter.engine.handle(info, route))
+    if out is None:  # not limited
+        return None
+    if out.action == "reject":
+        raise RateLimited(out)
+    request.scope[SCOPE_KEY] = out.decision
+    for name, value in out.headers:
+        response.headers.append(name, value)
+    return out.decision
+
+
+class Limiter(_Adapter[AsyncStore, AsyncSleep]):
+    """A FastAPI global dependency deciding the policy's limits and each endpoint's
+    decorator limits as one (see the module docstring); returns the `Decision`.
+
+    ``Limiter(policy, store=..., clock=..., ...)``: arguments as for
+    `RateLimitMiddleware` (an `HTTPPolicy`, limits or a policies file; an `AsyncStore`).
+    """
+
+    _kind = ASYNC
+
+    def __init__(self, policy: PolicySpec = (),
+                 **options: Unpack[AdapterOptions[AsyncStore, AsyncSleep]]) -> None:
+        super().__init__(policy, **options)
+        self._registry = Registry()
+
+    async def __call__(self, request: Request, response: Response) -> Decision | None:
+        if request.scope.get(DECIDED_KEY):  # e.g. also a router's dependency
+            return request.scope.get(SCOPE_KEY)
+        request.scope[DECIDED_KEY] = True
+        route = self._registry.find(request.scope.get("endpoint"))
+        return await _decide(self, request, response, route)
+
+    def limit(self, limits: LimitSpec, *, key: KeySpec = "client_ip",
+              algorithm: str = "fixed-window", burst: float | None = None,
+              mode: Mode = "add", cost: float | None = None,
+              name: str | None = None) -> Callable[[F], F]:
+        """Decorate an endpoint with `limits` (a rate string, a `Limit`, or a list);
+        ``mode="add"``: with the policy's limits, ``"replace"``: instead of them."""
+
+        check_key(key, self.engine, name or "@limiter.limit")
+
+        def decorate(func: F) -> F:
+            endpoint = name or endpoint_name(func)
+            spec = Spec(endpoint, make_limits(limits, endpoint=endpoint, algorithm=algorithm,
+                                              burst=burst, name=name),
+                        key, mode, cost)
+            spec.route_limit()  # its errors now, not at the first request
+            if getattr(func, "_ratekeeper_limiter", None) is self:  # stacked: same wrapper
+                self._registry.put(func, spec, named=name is not None)
+                self._registry.specs[func].route_limit()
+                return func
+            guarded = self._guard(func)
+            self._registry.put(guarded, spec, named=name is not None)
+            return guarded
+
+        return decorate
+
+    def exempt(self, func: F) -> F:
+        """Decorate an endpoint that is never limited (the policy's limits do not apply)."""
+        self._registry.put(func, Spec(endpoint_name(func), [], "client_ip", "add", None,
+                                      exempt=True), named=False)
+        return func
+
+    def _guard(self, func: F) -> F:
+        """`func`, deciding its limits itself when no global dependency did (an app built
+        without ``dependencies=[Depends(limiter)]``). FastAPI passes the two extra
+        keyword parameters because the wrapper's signature names them."""
+        registry = self._registry
+        is_async = inspect.iscoroutinefunction(func)
+
+        @functools.wraps(func)
+        async def endpoint(*args: Any, ratekeeper_request: Request,
+                           ratekeeper_response: Response, **kwargs: Any) -> Any:
+            if not ratekeeper_request.scope.get(DECIDED_KEY):
+                ratekeeper_request.scope[DECIDED_KEY] = True
+                await _decide(self, ratekeeper_request, ratekeeper_response,
+                              registry.find(endpoint))
+            if is_async:
+                return await func(*args, **kwargs)
+            return await run_in_threadpool(func, *args, **kwargs)
+
+        sig = inspect.signature(func)
+        params = list(sig.parameters.values())
+        at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
+        params[at:at] = [
+            inspect.Parameter("ratekeeper_request", inspect.Parameter.KEYWORD_ONLY,
+                              annotation=Request),
+            inspect.Parameter("ratekeeper_response", inspect.Parameter.KEYWORD_ONLY,
+                              annotation=Response),
+        ]
+        endpoint.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        endpoint._ratekeeper_limiter = self  # type: ignore[attr-defined]
+        return endpoint  # type: ignore[return-value]

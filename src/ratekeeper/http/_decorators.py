@@ -1,0 +1,156 @@
+"""What the framework decorators share (FastAPI's and Flask's ``@limiter.limit``, Django's
+``@ratelimit``): turning their arguments into one `RouteLimit` per endpoint. No framework
+and no I/O here.
+
+An endpoint's decorators are collected into one `RouteLimit` (stacked decorators, or a list
+in one, are several limits of that endpoint), which the adapter hands with the request to
+``engine.handle``: the policy's limits and the endpoint's are then one decision,
+all-or-nothing (``mode="add"``), or the endpoint's alone (``"replace"``), or none (exempt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .._types import Limit
+from ..policy._http import BUILTIN_ATTRIBUTES
+from ..policy._request import KeyFunc, RequestInfo
+from ._policy import RouteLimit, _Engine, _PoliciesEngine
+
+Mode = Literal["add", "replace"]
+#: What a decorator takes as its limits: a rate string (``"5/minute"``), a `Limit`, or a
+#: list of either.
+LimitSpec = str | Limit | Sequence[str | Limit]
+#: A decorator's key: an attribute name, ``"header:<name>"`` or a function of the request.
+KeySpec = str | KeyFunc
+
+
+def header_key(name: str) -> KeyFunc:
+    """A key function: the value of request header `name` (None, the client IP, if absent)."""
+    field = name.strip().lower()
+    if not field:
+        raise ValueError("header: key needs a header name, e.g. 'header:x-api-key'")
+
+    def key(req: RequestInfo) -> str | None:
+        v = req.headers.get(field)
+        return f"{field}:{v}" if v else None
+
+    key.__qualname__ = f"header_key({field!r})"
+    return key
+
+
+def endpoint_name(func: Callable[..., Any]) -> str:
+    """The name an endpoint's state and counters go by: its function's name (two endpoints
+    of one name are refused by `Registry.put` rather than sharing state unawares)."""
+    return str(getattr(func, "__name__", None) or repr(func))
+
+
+def make_limits(limits: LimitSpec, *, endpoint: str, algorithm: str, burst: float | None,
+                name: str | None) -> list[Limit]:
+    """`limits` as `Limit` objects: a rate string becomes ``Limit(algorithm, rate, burst,
+    name=...)``, named `name` or ``"<endpoint>:<rate>"`` (limits of one name share state)."""
+    items: Sequence[str | Limit] = [limits] if isinstance(limits, (str, Limit)) else limits
+    if not items:
+        raise ValueError(f"limits of {endpoint!r}: give a rate such as '5/minute' or Limit "
+                         "objects, or use exempt")
+    out: list[Limit] = []
+    strings = sum(isinstance(i, str) for i in items)
+    for item in items:
+        if isinstance(item, Limit):
+            out.append(item)
+        elif isinstance(item, str):
+            lname = name if name is not None and strings == 1 else (
+                f"{name or endpoint}:{item.strip()}")
+            out.append(Limit(algorithm, item, burst=burst, name=lname))
+        else:
+            raise TypeError(f"limits of {endpoint!r}: expected a rate string such as "
+                            f"'5/minute' or a Limit, got {item!r}")
+    return out
+
+
+@dataclass
+class Spec:
+    """One endpoint's decorators so far (several stack into one `RouteLimit`)."""
+
+    endpoint: str
+    limits: list[Limit]
+    key: KeySpec
+    mode: Mode
+    cost: float | None
+    exempt: bool = False
+    route: RouteLimit | None = None
+
+    def add(self, other: Spec) -> None:
+        if self.exempt or other.exempt:
+            raise ValueError(f"{self.endpoint!r} is both exempt and limited; use one")
+        for what in ("key", "mode", "cost"):
+            if getattr(self, what) != getattr(other, what):
+                raise ValueError(
+                    f"the limits stacked on {self.endpoint!r} differ in {what} "
+                    f"({getattr(self, what)!r} and {getattr(other, what)!r}); one endpoint's "
+                    f"limits are decided together with one {what}: give them the same one")
+        self.limits = [*other.limits, *self.limits]
+        self.route = None
+
+    def route_limit(self) -> RouteLimit:
+        if self.route is None:
+            key = self.key
+            if isinstance(key, str) and key.lower().startswith("header:"):
+                key = header_key(key[len("header:"):])
+            self.route = RouteLimit(tuple(self.limits), self.endpoint, key=key,
+                                    mode=self.mode, cost=self.cost, exempt=self.exempt)
+        return self.route
+
+
+def check_key(key: KeySpec, engine: _Engine | _PoliciesEngine, endpoint: str) -> None:
+    """Refuse, when the decorator is applied, a key the engine could not count by."""
+    if callable(key) or key.lower().startswith("header:"):
+        return
+    if isinstance(engine, _Engine):
+        if key not in ("client_ip", "key"):
+            raise ValueError(
+                f"key={key!r} on {endpoint!r}: with a Python HTTPPolicy a decorator counts by "
+                "'client_ip', 'key' (the policy's key function), 'header:<name>' or a "
+                "function of the RequestInfo")
+        return
+    names = {*BUILTIN_ATTRIBUTES, *engine.rules.attributes}
+    if key not in names:
+        raise ValueError(f"key={key!r} on {endpoint!r} is not an attribute of the policies' "
+                         f"[http] part; known: {sorted(names)} (or 'header:<name>', or a "
+                         "function of the RequestInfo)")
+
+
+class Registry:
+    """The endpoints one limiter decorated: function -> `Spec`."""
+
+    def __init__(self) -> None:
+        self.specs: dict[object, Spec] = {}
+        self.names: dict[str, object] = {}
+
+    def put(self, func: object, spec: Spec, *, named: bool) -> None:
+        """Record `spec` for `func` (adding to its earlier decorators). Two functions of
+        one default name would share state without knowing it: refused unless `named`."""
+        owner = self.names.setdefault(spec.endpoint, func)
+        if owner is not func and not named:
+            raise ValueError(
+                f"two endpoints are named {spec.endpoint!r} ({owner!r} and {func!r}); their "
+                "limits would share state: give each its own name=... (or the same name on "
+                "purpose)")
+        old = self.specs.get(func)
+        if old is not None:
+            old.add(spec)
+        else:
+            self.specs[func] = spec
+
+    def find(self, func: object) -> RouteLimit | None:
+        """The `RouteLimit` of endpoint `func` (looked for through ``__wrapped__`` too)."""
+        for _ in range(16):
+            if func is None:
+                break
+            spec = self.specs.get(func)
+            if spec is not None:
+                return spec.route_limit()
+            func = getattr(func, "__wrapped__", None)
+        return None

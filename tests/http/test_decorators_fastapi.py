@@ -1,0 +1,255 @@
+"""FastAPI's ``@limiter.limit`` / ``@limiter.exempt`` (slowapi's habit) through a real app:
+the policy's defaults and an endpoint's limits decided as one, added or replacing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import Depends, FastAPI
+
+from ratekeeper import Limit
+from ratekeeper.http import HTTPPolicy, RequestInfo
+from ratekeeper.http.fastapi import Limiter, install_problem_handler
+from ratekeeper.testing import ManualClock
+
+PEER = "203.0.113.7"
+DEFAULT = Limit("fixed-window", "3/minute", name="default")
+
+# The shape of a policies file's [http] part (as /docs/policies.md): per-client defaults and
+# a user attribute from a header.
+POLICIES = """
+[http]
+domain = "web"
+descriptors = [["client_ip"]]
+
+[http.attributes.user]
+header = "X-User"
+
+[[domains.web.descriptors]]
+key = "client_ip"
+limits = [{ name = "per-ip", algorithm = "fixed-window", rate = "3/minute" }]
+"""
+
+
+def client(app: Any, peer: str = PEER) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, client=(peer, 1234))
+    return httpx.AsyncClient(transport=transport, base_url="http://testserver")
+
+
+def make_app(limiter: Limiter, *, global_dependency: bool = True) -> FastAPI:
+    app = FastAPI(dependencies=[Depends(limiter)] if global_dependency else [])
+    install_problem_handler(app)
+
+    @app.get("/search")
+    @limiter.limit("2/minute")
+    async def search() -> dict[str, str]:
+        return {"hits": "none"}
+
+    @app.get("/roomy")
+    @limiter.limit("10/minute")
+    def roomy() -> dict[str, str]:  # a sync endpoint (FastAPI's thread pool)
+        return {"ok": "roomy"}
+
+    @app.post("/upload")
+    @limiter.limit("5/minute", mode="replace")
+    async def upload() -> dict[str, str]:
+        return {"ok": "uploaded"}
+
+    @app.get("/health")
+    @limiter.exempt
+    async def health() -> str:
+        return "ok"
+
+    @app.get("/stacked")
+    @limiter.limit("3/minute", mode="replace")
+    @limiter.limit("4/hour", mode="replace")
+    async def stacked() -> dict[str, str]:
+        return {"ok": "stacked"}
+
+    @app.get("/keyed")
+    @limiter.limit("2/minute", key="header:x-api-key", mode="replace")
+    async def keyed() -> dict[str, str]:
+        return {"ok": "keyed"}
+
+    @app.get("/other")
+    async def other() -> dict[str, str]:
+        return {"ok": "other"}
+
+    return app
+
+
+async def statuses(c: httpx.AsyncClient, n: int, path: str, method: str = "GET",
+                   **kw: Any) -> list[int]:
+    return [(await c.request(method, path, **kw)).status_code for _ in range(n)]
+
+
+async def test_fastapi_added_limit_rejects_after_its_count_and_defaults_still_count(
+        clock: ManualClock) -> None:
+    limiter = Limiter(DEFAULT, clock=clock)
+    async with client(make_app(limiter)) as c:
+        search = await statuses(c, 3, "/search")
+        other = await statuses(c, 2, "/other")  # the default: 2 of 3 used by /search
+    assert search == [200, 200, 429]
+    # The rejected third /search charged nothing (all-or-nothing): one default left.
+    assert other == [200, 429]
+
+
+async def test_fastapi_added_limit_the_default_rejects_when_the_route_has_room(
+        clock: ManualClock) -> None:
+    limiter = Limiter(DEFAULT, clock=clock)
+    async with client(make_app(limiter)) as c:
+        got = [await c.get("/roomy") for _ in range(4)]
+    assert [r.status_code for r in got] == [200, 200, 200, 429]
+    assert got[3].json()["policy"] == "default"
+    assert got[2].headers["RateLimit-Policy"] == \
+        '"default";q=3;w=60, "roomy:10/minute";q=10;w=60'
+
+
+async def test_fastapi_replacing_limit_alone_applies(clock: ManualClock) -> None:
+    limiter = Limiter(DEFAULT, clock=clock)
+    async with client(make_app(limiter)) as c:
+        up = [await c.post("/upload") for _ in range(6)]
+        other = await statuses(c, 4, "/other")  # the defaults untouched by the uploads
+    assert [r.status_code for r in up] == [200] * 5 + [429]
+    assert up[0].headers["RateLimit-Policy"] == '"upload:5/minute";q=5;w=60'
+    assert up[5].json()["policy"] == "upload:5/minute"
+    assert other == [200, 200, 200, 429]
+
+
+async def test_fastapi_exempt_endpoint_is_never_limited(clock: ManualClock) -> None:
+    limiter = Limiter(DEFAULT, clock=clock)
+    async with client(make_app(limiter)) as c:
+        assert await statuses(c, 3, "/other") == [200] * 3
+        health = [await c.get("/health") for _ in range(5)]
+        assert (await c.get("/other")).status_code == 429
+    assert [r.status_code for r in health] == [200] * 5
+    assert "RateLimit" not in health[0].headers
+
+
+async def test_fastapi_stacked_limits_both_apply(clock: ManualClock) -> None:
+    limiter = Limiter(DEFAULT, clock=clock)
+    async with client(make_app(limiter)) as c:
+        first = await statuses(c, 4, "/stacked")  # the minute limit: 3
+        clock.advance(60)
+        second = await statuses(c, 2, "/stacked")  # the hour limit: 4 in all
+        r = await c.get("/stacked")
+    assert first == [200, 200, 200, 429]
+    assert second == [200, 429]
+    assert r.json()["policy"] == "stacked:4/hour"
+    # In the order the decorators are written.
+    assert r.headers["RateLimit-Policy"] == \
+        '"stacked:3/minute";q=3;w=60, "stacked:4/hour";q=4;w=3600'
+
+
+async def test_fastapi_limit_keyed_by_a_header(clock: ManualClock) -> None:
+    limiter = Limiter(DEFAULT, clock=clock)
+    async with client(make_app(limiter)) as c:
+        a = await statuses(c, 3, "/keyed", headers={"X-API-Key": "a"})
+        b = await statuses(c, 2, "/keyed", headers={"X-API-Key": "b"})  # the same address
+    assert a == [200, 200, 429] and b == [200, 200]
+
+
+async def test_fastapi_headers_and_problem_body(clock: ManualClock) -> None:
+    limiter = Limiter(DEFAULT, clock=clock)
+    async with client(make_app(limiter)) as c:
+        ok = await c.get("/search")
+        await c.get("/search")
+        rejected = await c.get("/search")
+    assert ok.json() == {"hits": "none"}
+    assert ok.headers["RateLimit-Policy"] == '"default";q=3;w=60, "search:2/minute";q=2;w=60'
+    assert ok.headers["RateLimit"] == '"search:2/minute";r=1;t=60'
+    assert rejected.status_code == 429
+    assert rejected.headers["Content-Type"] == "application/problem+json"
+    assert rejected.headers["Retry-After"] == "60"
+    body = json.loads(rejected.content)
+    assert body["status"] == 429 and body["title"] == "Too Many Requests"
+    assert body["policy"] == "search:2/minute" and body["instance"] == "/search"
+
+
+async def test_fastapi_decorated_endpoint_is_limited_without_the_global_dependency(
+        clock: ManualClock) -> None:
+    limiter = Limiter(DEFAULT, clock=clock)
+    async with client(make_app(limiter, global_dependency=False)) as c:
+        search = await statuses(c, 3, "/search")
+        roomy = [await c.get("/roomy") for _ in range(2)]  # default: 1 of 3 left
+        other = await statuses(c, 5, "/other")  # undecorated: nothing decides it
+    assert search == [200, 200, 429]
+    assert [r.status_code for r in roomy] == [200, 429]
+    assert roomy[0].json() == {"ok": "roomy"} and "RateLimit" in roomy[0].headers
+    assert other == [200] * 5
+
+
+async def test_fastapi_decorator_with_a_python_policy_key(clock: ManualClock) -> None:
+    def user(req: RequestInfo) -> str | None:
+        return req.headers.get("x-user")
+
+    limiter = Limiter(HTTPPolicy(limits=DEFAULT, key=user), clock=clock)
+    app = FastAPI(dependencies=[Depends(limiter)])
+
+    @app.get("/me")
+    @limiter.limit("1/minute", key="key")  # the policy's key function: per user
+    async def me() -> str:
+        return "me"
+
+    async with client(app) as c:
+        alice = await statuses(c, 2, "/me", headers={"X-User": "alice"})
+        bob = await statuses(c, 1, "/me", headers={"X-User": "bob"})
+    assert alice == [200, 429] and bob == [200]
+
+
+async def test_fastapi_decorators_with_a_policies_file(clock: ManualClock,
+                                                       tmp_path: Path) -> None:
+    path = tmp_path / "policies.toml"
+    path.write_text(POLICIES)
+    limiter = Limiter(str(path), clock=clock)
+    app = FastAPI(dependencies=[Depends(limiter)])
+    install_problem_handler(app)
+
+    @app.get("/search")
+    @limiter.limit("2/minute", key="user")
+    async def search() -> str:
+        return "s"
+
+    @app.get("/bulk")
+    @limiter.limit("5/minute", key="user", mode="replace")
+    async def bulk() -> str:
+        return "b"
+
+    @app.get("/other")
+    async def other() -> str:
+        return "o"
+
+    async with client(app) as c:
+        ok = await c.get("/search", headers={"X-User": "al"})
+        searches = await statuses(c, 2, "/search", headers={"X-User": "al"})
+        bob = await c.get("/search", headers={"X-User": "bob"})  # per-ip: 3 of 3
+        bulk = await statuses(c, 6, "/bulk", headers={"X-User": "al"})
+        other = await c.get("/other")
+    assert ok.headers["RateLimit-Policy"] == '"web.per-ip";q=3;w=60, "search:2/minute";q=2;w=60'
+    assert searches == [200, 429]
+    assert bob.status_code == 200
+    assert bulk == [200] * 5 + [429]  # replace: the exhausted per-ip limit does not apply
+    assert other.status_code == 429 and other.json()["policy"] == "web.per-ip"
+
+
+def test_fastapi_decorator_refuses_a_key_it_cannot_count_by(tmp_path: Path) -> None:
+    limiter = Limiter(DEFAULT)
+    with pytest.raises(ValueError, match="with a Python HTTPPolicy"):
+        limiter.limit("1/s", key="user")
+    path = tmp_path / "policies.toml"
+    path.write_text(POLICIES)
+    with pytest.raises(ValueError, match=r"'plan' .* not an attribute .*'user'"):
+        Limiter(str(path)).limit("1/s", key="plan")(lambda: None)
+
+
+def test_fastapi_stacked_decorators_must_agree_on_mode() -> None:
+    limiter = Limiter(DEFAULT)
+
+    async def f() -> None: ...
+
+    with pytest.raises(ValueError, match="differ in mode"):
+        limiter.limit("1/s", mode="replace")(limiter.limit("2/minute")(f))
