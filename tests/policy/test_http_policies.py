@@ -13,7 +13,7 @@ import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -22,6 +22,7 @@ from ratekeeper._errors import StoreUnavailable
 from ratekeeper._types import Decision
 from ratekeeper.core import run
 from ratekeeper.http import RouteLimit
+from ratekeeper.http._policy import _extra_of
 from ratekeeper.http.wsgi import WSGIRateLimitMiddleware
 from ratekeeper.policy import Engine, Policies, PolicyError, PolicyHolder
 from ratekeeper.policy._http import HTTPDecision, decide_request
@@ -344,8 +345,6 @@ def test_requests_outside_the_coverage_or_exempt_are_not_limited() -> None:
 
 def test_a_decorator_route_limit_adds_or_replaces() -> None:
     h = Harness(ROUTES)
-    from ratekeeper.http._policy import _extra_of
-
     add = _extra_of(RouteLimit((Limit("fixed-window", "1/minute", name="deco"),), "items"))
     assert h.verdicts(2, "/api/items", extra=add) == ["allowed", "rejected"]
     hd = h.decide("/api/items", extra=add)
@@ -429,7 +428,7 @@ def _wsgi_call(mw: WSGIRateLimitMiddleware, path: str = "/", **headers: str
     def start_response(status: str, hdrs: list[tuple[str, str]], exc: Any = None) -> None:
         got["status"], got["headers"] = status, dict(hdrs)
 
-    b"".join(mw(env, start_response))
+    b"".join(mw(env, cast(Any, start_response)))
     return got["status"], got["headers"]
 
 
