@@ -68,7 +68,7 @@ def test_check_config_on_good_files(capsys: pytest.CaptureFixture[str]) -> None:
     good = REPO / "examples" / "policies.toml"
     bad = BAD[0]
     assert main(["check-config", str(good)]) == 0
-    assert capsys.readouterr().out == f"{good}: OK (3 domains, 10 rules, 9 limits)\n"
+    assert capsys.readouterr().out == f"{good}: OK (4 domains, 15 rules, 13 limits)\n"
     assert main(["check-config", "-q", str(good), str(bad)]) == 1
     assert str(good) not in capsys.readouterr().out
     assert main(["check-config", "--json", str(good)]) == 0
@@ -89,7 +89,7 @@ def test_the_bundled_example_is_the_packaged_copy_and_valid() -> None:
     assert example.read_bytes() == packaged.read_bytes(), \
         "copy examples/policies.toml to src/ratekeeper/service/example_policies.toml"
     p = load_policies(example)
-    assert set(p.domains) == {"api", "edge", "login"}
+    assert set(p.domains) == {"api", "edge", "login", "web"}
     assert p.sha256 == hashlib.sha256(example.read_bytes()).hexdigest()
     load_policies(HERE / "policies" / "service.toml")
 

@@ -144,7 +144,7 @@ def test_refuses_unusable_options(tmp_path: Path, args: list[str]) -> None:
 def test_serves_the_bundled_example_without_config(tmp_path: Path) -> None:
     with ServiceProcess(None, tmp_path / "log") as svc:
         doc = httpx.get(f"{svc.http}/v1/policies", timeout=10).json()
-        assert set(doc["domains"]) == {"api", "edge", "login"}
+        assert set(doc["domains"]) == {"api", "edge", "login", "web"}
         assert doc["source"].endswith("example_policies.toml")
         r = httpx.post(f"{svc.http}/v1/check", json={"domain": "login", "key": "alice"},
                        timeout=10)
