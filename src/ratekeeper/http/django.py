@@ -1,4 +1,18 @@
-"""A Django middleware class, configured from settings.
+"""Django: a middleware configured from settings, and django-ratelimit's ``@ratelimit``
+view decorator, decided together with the policy's defaults (one decision per request).
+
+    # views.py
+    from ratekeeper.http.django import ratelimit
+
+    @ratelimit(key="ip", rate="5/m")                  # mode="add" (default): the
+    def search(request): ...                          # defaults AND 5 per minute
+
+    @ratelimit(key="user_or_ip", rate="100/h", mode="replace")  # only 100 per hour
+    def export(request): ...
+
+    @ratelimit(key="header:x-api-key", rate="10/s", method="POST", block=False)
+    def submit(request):
+        if request.limited: ...                       # over the limit: the view decides
 
     # settings.py
     from ratekeeper import Limit
@@ -16,17 +30,40 @@
         # optional: "store", "clock", "sleep", "failure", "fallback_share"
     }
 
-``"policy"`` may also be a `Limit`, a list of limits, or a dotted path to any of these.
+``"policy"`` may also be a `Limit`, a list of limits, a dotted path to any of these, or a
+policies file (a ``.toml`` path with an ``[http]`` part). ``@exempt`` marks a view the
+middleware never limits.
 Key by the logged-in user with ``key=django_user`` (below). The middleware is synchronous
 (Django adapts it under ASGI); it behaves exactly like the WSGI middleware: one decision per
 request, the RateLimit fields on every limited response, 429 with problem+json on rejection,
 and the decision in ``request.ratekeeper_decision``.
+
+``@ratelimit(key="ip", rate="5/m", method=None, block=True, mode="add", group=None,
+algorithm="fixed-window", burst=None, cost=None)`` takes django-ratelimit's arguments:
+`rate` is ``"5/m"``, ``"100/h"``, ``"10/s"``, ``"1000/d"`` (or any ratekeeper rate, a
+`Limit`, a list); `key` is ``"ip"`` (the client IP, trusted proxies as the policy's
+`ClientIP` says), ``"user"`` / ``"user_or_ip"`` (the user's pk, else the client IP),
+``"header:<name>"``, ``"get:<name>"``, ``"post:<name>"``, a callable ``(group, request)``
+or its dotted path; `method` limits only those methods (None: all); `group` names the
+limits' state (default: the view's dotted name; views of one group share it).
+``block=False`` lets a rejected request through with ``request.limited = True`` (False
+when admitted) for the view to handle. Stacked decorators add limits to one view (with one
+key, method, block, mode and cost).
+
+With `RateLimitMiddleware` installed, it decides in ``process_view``, where the view and its
+decorator are known: the policy's limits and the view's are one decision, all-or-nothing
+(``mode="add"``), or the view's alone (``"replace"``); requests that reach no view (404s)
+are decided with the defaults after routing. Without the middleware a decorated view is
+limited by its decorator alone, on ``settings.RATEKEEPER["store"]`` (and its clock) or an
+in-process `MemoryStore`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import functools
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 try:
     from django.conf import settings  # type: ignore[import-untyped]
@@ -38,13 +75,17 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess
         f"ratekeeper.http.django needs Django: pip install 'ratekeeper[django]' ({e})"
     ) from e
 
+from .._types import Limit
 from ..core import run
-from ..policy._request import RequestInfo
+from ..policy._request import KeyFunc, RequestInfo
 from ..stores import Store
-from ._policy import _Adapter
+from ._decorators import Mode, Spec, header_key, make_limits
+from ._policy import Outcome, RouteLimit, _Adapter
 from .wsgi import SYNC, Sleep
 
-__all__ = ["RateLimitMiddleware", "django_user"]
+__all__ = ["RateLimitMiddleware", "django_user", "exempt", "ratelimit"]
+
+V = TypeVar("V", bound=Callable[..., Any])
 
 _KNOWN = frozenset({"policy", "store", "clock", "sleep", "failure", "fallback_share"})
 
@@ -61,11 +102,55 @@ def django_user(request: RequestInfo) -> str | None:
 
 
 def _resolve(value: object) -> Any:
-    return import_string(value) if isinstance(value, str) else value
+    """A dotted path's object; a ``.toml`` path (a policies file) and objects as they are."""
+    if isinstance(value, str) and not value.endswith(".toml"):
+        return import_string(value)
+    return value
+
+
+def _info(request: HttpRequest) -> RequestInfo:
+    info = RequestInfo.from_wsgi(request.META)
+    info.path = request.path
+    info.native = request
+    return info
+
+
+def _rejection(out: Outcome) -> HttpResponse:
+    response = HttpResponse(out.body, status=out.status)
+    for name, value in out.headers:
+        response[name] = value
+    return response
+
+
+def _add_headers(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    for name, value in getattr(request, "_ratekeeper_headers", ()):
+        response[name] = value
+    return response
+
+
+def _decide(adapter: _Adapter[Store, Sleep], request: HttpRequest,
+            view: _View | None) -> HttpResponse | None:
+    """One decision for `request` with `view`'s decorator limits (if it has them and the
+    method is one they cover): a rejection to send, or None (go on to the view)."""
+    request._ratekeeper_decided = True
+    route = None if view is None else view.route_for(request.method or "GET")
+    out = run(adapter.engine.handle(_info(request), route))
+    if route is not None:
+        request.limited = out is not None and out.action == "reject"
+    if out is None:  # not limited
+        return None
+    if out.action == "reject":
+        if route is not None and not view.block:  # type: ignore[union-attr]
+            return None  # django-ratelimit's block=False: the view sees request.limited
+        return _rejection(out)
+    request.ratekeeper_decision = out.decision
+    request._ratekeeper_headers = out.headers
+    return None
 
 
 class RateLimitMiddleware(_Adapter[Store, Sleep]):
-    """Django middleware applying ``settings.RATEKEEPER`` (see the module docstring)."""
+    """Django middleware applying ``settings.RATEKEEPER`` with each view's ``@ratelimit``
+    limits (see the module docstring)."""
 
     sync_capable = True
     async_capable = False
@@ -86,32 +171,160 @@ class RateLimitMiddleware(_Adapter[Store, Sleep]):
                 f"known keys: {sorted(_KNOWN)}"
             )
         self.get_response = get_response
+        # Only the failure options given: a policies file refuses them (its own decide).
+        failure = {k: conf[k] for k in ("failure", "fallback_share") if k in conf}
         try:
             super().__init__(
                 _resolve(conf["policy"]),
                 store=_resolve(conf.get("store")),
                 clock=_resolve(conf.get("clock")),
                 sleep=_resolve(conf.get("sleep")),
-                failure=conf.get("failure", "open"),
-                fallback_share=conf.get("fallback_share", 1.0),
+                **failure,
             )
-        except ValueError as e:  # Django's word for a bad setting
+        except (TypeError, ValueError) as e:  # Django's word for a bad setting
             raise ImproperlyConfigured(f"settings.RATEKEEPER: {e}") from e
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        info = RequestInfo.from_wsgi(request.META)
-        info.path = request.path
-        info.native = request
-        out = run(self.engine.handle(info))
-        if out is None:  # not limited
-            return self.get_response(request)
-        if out.action == "reject":
-            response = HttpResponse(out.body, status=out.status)
-            for name, value in out.headers:
-                response[name] = value
-            return response
-        request.ratekeeper_decision = out.decision
         response = self.get_response(request)
-        for name, value in out.headers:
-            response[name] = value
-        return response
+        if not getattr(request, "_ratekeeper_decided", False):
+            # No view was reached (a 404, or an earlier middleware answered): the
+            # defaults decide now, so a scan of unknown paths is limited as before.
+            rejected = _decide(self, request, None)
+            if rejected is not None:
+                return rejected
+        return _add_headers(request, response)
+
+    def process_view(self, request: HttpRequest, view_func: Callable[..., Any],
+                     view_args: Any, view_kwargs: Any) -> HttpResponse | None:
+        """Decide here, where the view (and so its decorator limits) is known."""
+        return _decide(self, request, getattr(view_func, "_ratekeeper_view", None))
+
+
+# -- @ratelimit -----------------------------------------------------------------------------
+
+ALL = None
+UNSAFE = ("DELETE", "PATCH", "POST", "PUT")
+
+
+@dataclass
+class _View:
+    """One view's ``@ratelimit`` decorators so far."""
+
+    spec: Spec
+    methods: frozenset[str] | None
+    block: bool
+
+    def route_for(self, method: str) -> RouteLimit | None:
+        if self.methods is not None and method.upper() not in self.methods:
+            return None
+        return self.spec.route_limit()
+
+
+def _user(request: RequestInfo) -> str | None:
+    return django_user(request)
+
+
+def _key(key: str | Callable[[str, HttpRequest], object], group: str) -> str | KeyFunc:
+    """django-ratelimit's key as ratekeeper's: ``"client_ip"`` or a function of the
+    `RequestInfo` (its None: the client IP)."""
+    if callable(key):
+        fn = key
+
+        def call(req: RequestInfo) -> str | None:
+            got = fn(group, req.native)
+            return None if got is None or got == "" else str(got)
+
+        return call
+    if key == "ip":
+        return "client_ip"
+    if key in ("user", "user_or_ip"):
+        return _user
+    kind, _, arg = key.partition(":")
+    if kind == "header" and arg:
+        return header_key(arg)
+    if kind in ("get", "post") and arg:
+        def field(req: RequestInfo) -> str | None:
+            data = getattr(req.native, kind.upper(), {})
+            v = data.get(arg)
+            return f"{kind}:{arg}:{v}" if v else None
+
+        return field
+    if "." in key and ":" not in key:
+        return _key(import_string(key), group)
+    raise ValueError(
+        f"@ratelimit key={key!r}: use 'ip', 'user', 'user_or_ip', 'header:<name>', "
+        "'get:<name>', 'post:<name>', a callable (group, request) or its dotted path")
+
+
+def ratelimit(group: str | None = None, key: str | Callable[[str, HttpRequest], object] = "ip",
+              rate: str | Limit | list[str | Limit] | None = None,
+              method: str | Collection[str] | None = ALL, block: bool = True, *,
+              mode: Mode = "add", algorithm: str = "fixed-window", burst: float | None = None,
+              cost: float | None = None) -> Callable[[V], V]:
+    """django-ratelimit's view decorator, decided with the policy (module docstring)."""
+    if rate is None:
+        raise ValueError("@ratelimit needs a rate, e.g. rate='5/m' (django-ratelimit's "
+                         "syntax: 10/s, 100/m, 1000/h, 10000/d)")
+    methods = None if method is None else frozenset(
+        [method.upper()] if isinstance(method, str) else (m.upper() for m in method))
+
+    def decorate(view: V) -> V:
+        name = group or f"{view.__module__}.{view.__qualname__}"
+        spec = Spec(name, make_limits(rate, endpoint=name, algorithm=algorithm, burst=burst,
+                                      name=None),
+                    _key(key, name), mode, cost)
+        spec.route_limit()  # its errors now, not at the first request
+        known: _View | None = getattr(view, "_ratekeeper_view", None)
+        if known is not None:  # stacked: one view, more limits
+            if (known.methods, known.block) != (methods, block):
+                raise ValueError(f"the @ratelimit decorators stacked on {name!r} differ in "
+                                 "method or block; give them the same ones")
+            known.spec.add(spec)
+            known.spec.route_limit()
+            return view
+        entry = _View(spec, methods, block)
+
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            if not getattr(request, "_ratekeeper_decided", False):
+                # No RateLimitMiddleware decided this request: the decorator alone does.
+                rejected = _decide(_standalone(), request, entry)
+                if rejected is not None:
+                    return rejected
+                return _add_headers(request, view(request, *args, **kwargs))
+            return view(request, *args, **kwargs)
+
+        wrapper._ratekeeper_view = entry  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def exempt(view: V) -> V:
+    """A view the middleware never limits (flask-limiter's ``exempt``; the policy's limits
+    do not apply to it)."""
+    name = f"{view.__module__}.{view.__qualname__}"
+    view._ratekeeper_view = _View(  # type: ignore[attr-defined]
+        Spec(name, [], "client_ip", "add", None, exempt=True), None, True)
+    return view
+
+
+class _Alone(_Adapter[Store, Sleep]):
+    """The decorators' own adapter when no middleware is installed: no default limits."""
+
+    _kind = SYNC
+
+
+_alone: list[tuple[object, _Alone]] = []  # the one adapter, with the setting it was made for
+
+
+def _standalone() -> _Alone:
+    """The adapter for ``settings.RATEKEEPER``'s store and clock (made again when the
+    setting changes, e.g. under ``override_settings``)."""
+    conf = getattr(settings, "RATEKEEPER", None)
+    if not _alone or _alone[0][0] is not conf:
+        c: Mapping[str, Any] = conf if isinstance(conf, Mapping) else {}
+        _alone[:] = [(conf, _Alone((), store=_resolve(c.get("store")),
+                                   clock=_resolve(c.get("clock")),
+                                   sleep=_resolve(c.get("sleep"))))]
+    return _alone[0][1]

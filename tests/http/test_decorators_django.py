@@ -1,0 +1,214 @@
+"""Django's ``@ratelimit`` (django-ratelimit's habit) through Django's test client: with
+the middleware the view's limits and the policy's are one decision (in ``process_view``);
+without it the decorator alone limits the view. This module is its own URLconf."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.test import Client, override_settings
+from django.urls import path
+
+from ratekeeper import Limit
+from ratekeeper.http import HTTPPolicy
+from ratekeeper.http.django import exempt, ratelimit
+from ratekeeper.testing import ManualClock
+from tests.http.test_decorators_fastapi import POLICIES
+
+pytestmark = pytest.mark.usefixtures("django_configured")
+
+MW = "ratekeeper.http.django.RateLimitMiddleware"
+AUTH = "tests.http.test_decorators_django.HeaderUser"
+DEFAULT = Limit("fixed-window", "3/minute", name="default")
+
+
+class HeaderUser:
+    """Stands in for AuthenticationMiddleware: ``request.user`` from an X-User header."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        pk = request.headers.get("X-User")
+        request.user = SimpleNamespace(pk=pk, is_authenticated=pk is not None)
+        return self.get_response(request)
+
+
+def ok(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"limited": getattr(request, "limited", None)})
+
+
+search = ratelimit(group="search", key="ip", rate="2/m")(ok)
+roomy = ratelimit(group="roomy", rate="10/m")(ok)
+upload = ratelimit(group="upload", rate="5/m", mode="replace")(ok)
+stacked = ratelimit(group="stacked", rate="3/m", mode="replace")(
+    ratelimit(group="stacked", rate="4/h", mode="replace")(ok))
+keyed = ratelimit(group="keyed", key="header:x-api-key", rate="2/m", mode="replace")(ok)
+per_user = ratelimit(group="per-user", key="user", rate="1/m", mode="replace")(ok)
+posts = ratelimit(group="posts", rate="1/m", method="POST", mode="replace")(ok)
+soft = ratelimit(group="soft", rate="1/m", block=False, mode="replace")(ok)
+
+
+@exempt
+def health(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+urlpatterns = [
+    path("search", search), path("roomy", roomy), path("upload", upload),
+    path("stacked", stacked), path("keyed", keyed), path("me", per_user),
+    path("posts", posts), path("soft", soft), path("health", health), path("other", ok),
+]
+
+
+@pytest.fixture
+def configure(clock: ManualClock) -> Iterator[Callable[..., Client]]:
+    stack: list[Any] = []
+
+    def apply(middleware: list[str] | None = None, **ratekeeper: Any) -> Client:
+        ratekeeper.setdefault("clock", clock)
+        o = override_settings(MIDDLEWARE=[AUTH, MW] if middleware is None else middleware,
+                              RATEKEEPER=ratekeeper,
+                              ROOT_URLCONF="tests.http.test_decorators_django")
+        o.enable()
+        stack.append(o)
+        return Client(REMOTE_ADDR="203.0.113.7")
+
+    yield apply
+    for o in reversed(stack):
+        o.disable()
+
+
+def codes(c: Client, n: int, url: str, method: str = "get", **kw: Any) -> list[int]:
+    return [getattr(c, method)(url, **kw).status_code for _ in range(n)]
+
+
+def test_django_added_limit_rejects_after_its_count_and_defaults_still_count(
+        configure: Any) -> None:
+    c = configure(policy=DEFAULT)
+    assert codes(c, 3, "/search") == [200, 200, 429]
+    # The rejected third /search charged nothing (all-or-nothing): one default left.
+    assert codes(c, 2, "/other") == [200, 429]
+
+
+def test_django_added_limit_the_default_rejects_when_the_route_has_room(
+        configure: Any) -> None:
+    c = configure(policy=DEFAULT)
+    got = [c.get("/roomy") for _ in range(4)]
+    assert [r.status_code for r in got] == [200, 200, 200, 429]
+    assert json.loads(got[3].content)["policy"] == "default"
+    assert got[2]["RateLimit-Policy"] == '"default";q=3;w=60, "roomy:10/m";q=10;w=60'
+
+
+def test_django_replacing_limit_alone_applies(configure: Any) -> None:
+    c = configure(policy=DEFAULT)
+    up = [c.get("/upload") for _ in range(6)]
+    assert [r.status_code for r in up] == [200] * 5 + [429]
+    assert up[0]["RateLimit-Policy"] == '"upload:5/m";q=5;w=60'
+    assert codes(c, 4, "/other") == [200, 200, 200, 429]  # the defaults untouched
+
+
+def test_django_exempt_view_is_never_limited(configure: Any) -> None:
+    c = configure(policy=DEFAULT)
+    assert codes(c, 3, "/other") == [200] * 3
+    health = [c.get("/health") for _ in range(5)]
+    assert [r.status_code for r in health] == [200] * 5
+    assert not health[0].has_header("RateLimit")
+    assert codes(c, 1, "/other") == [429]
+
+
+def test_django_stacked_limits_both_apply(configure: Any, clock: ManualClock) -> None:
+    c = configure(policy=DEFAULT)
+    assert codes(c, 4, "/stacked") == [200, 200, 200, 429]  # 3 per minute
+    clock.advance(60)
+    assert codes(c, 2, "/stacked") == [200, 429]  # 4 per hour in all
+    r = c.get("/stacked")
+    assert json.loads(r.content)["policy"] == "stacked:4/h"
+    assert r["RateLimit-Policy"] == '"stacked:3/m";q=3;w=60, "stacked:4/h";q=4;w=3600'
+
+
+def test_django_limit_keyed_by_a_header(configure: Any) -> None:
+    c = configure(policy=DEFAULT)
+    assert codes(c, 3, "/keyed", headers={"X-API-Key": "a"}) == [200, 200, 429]
+    assert codes(c, 2, "/keyed", headers={"X-API-Key": "b"}) == [200, 200]
+
+
+def test_django_limit_keyed_by_the_user(configure: Any) -> None:
+    c = configure(policy=DEFAULT)
+    assert codes(c, 2, "/me", headers={"X-User": "1"}) == [200, 429]
+    assert codes(c, 1, "/me", headers={"X-User": "2"}) == [200]  # the same address
+    assert codes(c, 2, "/me") == [200, 429]  # anonymous: by the client IP
+
+
+def test_django_method_limits_only_those_methods(configure: Any) -> None:
+    c = configure(policy=[])  # no defaults: only the decorator limits anything
+    assert codes(c, 2, "/posts", "post") == [200, 429]
+    gets = [c.get("/posts") for _ in range(3)]
+    assert [r.status_code for r in gets] == [200] * 3 and not gets[0].has_header("RateLimit")
+
+
+def test_django_block_false_marks_the_request_limited(configure: Any) -> None:
+    c = configure(policy=DEFAULT)
+    first, second = c.get("/soft"), c.get("/soft")
+    assert first.status_code == 200 and json.loads(first.content) == {"limited": False}
+    assert second.status_code == 200 and json.loads(second.content) == {"limited": True}
+
+
+def test_django_headers_and_problem_body(configure: Any) -> None:
+    c = configure(policy=HTTPPolicy(limits=DEFAULT))
+    good = c.get("/search")
+    c.get("/search")
+    rejected = c.get("/search")
+    assert good["RateLimit-Policy"] == '"default";q=3;w=60, "search:2/m";q=2;w=60'
+    assert good["RateLimit"] == '"search:2/m";r=1;t=60'
+    assert rejected.status_code == 429
+    assert rejected["Content-Type"] == "application/problem+json"
+    assert rejected["Retry-After"] == "60"
+    body = json.loads(rejected.content)
+    assert body["status"] == 429 and body["title"] == "Too Many Requests"
+    assert body["policy"] == "search:2/m" and body["instance"] == "/search"
+
+
+def test_django_unknown_path_is_decided_with_the_defaults(configure: Any) -> None:
+    c = configure(policy=DEFAULT)
+    assert codes(c, 4, "/nope") == [404, 404, 404, 429]
+
+
+def test_django_decorator_alone_limits_a_view_without_the_middleware(
+        configure: Any) -> None:
+    c = configure(middleware=[AUTH])  # settings.RATEKEEPER gives only the clock
+    got = [c.get("/search") for _ in range(3)]
+    assert [r.status_code for r in got] == [200, 200, 429]
+    assert got[0]["RateLimit-Policy"] == '"search:2/m";q=2;w=60'  # no defaults
+    assert json.loads(got[2].content)["policy"] == "search:2/m"
+    assert codes(c, 5, "/other") == [200] * 5  # undecorated: nothing limits it
+    assert [json.loads(c.get("/soft").content)["limited"] for _ in range(2)] == [False, True]
+
+
+def test_django_decorators_with_a_policies_file(configure: Any, tmp_path: Path) -> None:
+    file = tmp_path / "policies.toml"
+    file.write_text(POLICIES)
+    c = configure(policy=str(file))
+    first = c.get("/search")
+    assert first["RateLimit-Policy"] == '"web.per-ip";q=3;w=60, "search:2/m";q=2;w=60'
+    assert codes(c, 2, "/search") == [200, 429]
+    assert codes(c, 1, "/other") == [200]  # per-ip: 3 of 3
+    assert codes(c, 6, "/upload") == [200] * 5 + [429]  # replace: per-ip does not apply
+    assert json.loads(c.get("/other").content)["policy"] == "web.per-ip"
+
+
+def test_django_ratelimit_rate_syntax_and_keys() -> None:
+    for rate, period in (("5/m", 60), ("100/h", 3600), ("10/s", 1), ("1000/d", 86400)):
+        view = ratelimit(group="g", rate=rate)(ok)
+        lim = view._ratekeeper_view.spec.limits[0]  # type: ignore[attr-defined]
+        assert lim.period == period and lim.name == f"g:{rate}"
+    with pytest.raises(ValueError, match="needs a rate"):
+        ratelimit(key="ip")
+    with pytest.raises(ValueError, match="'ip', 'user'"):
+        ratelimit(key="cookie", rate="1/s")(ok)
