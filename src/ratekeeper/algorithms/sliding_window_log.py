@@ -15,7 +15,6 @@ remaining entries plus ``c`` fit in N.
 
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Any
 
 from .._types import Decision, Limit
@@ -35,8 +34,6 @@ __all__ = ["ALGORITHM", "decide", "refund", "ttl"]
 
 State = tuple[tuple[float, float], ...]
 
-_cost = itemgetter(1)  # of a log entry (ts, cost)
-
 
 def _live(state: State | None, now: float, period: float) -> State:
     if not state:
@@ -55,7 +52,7 @@ def decide(
     n = limit.capacity
     p = limit.period
     log = _live(state, now, p)
-    used = sum(map(_cost, log))  # C-level iteration: the log holds up to N entries
+    used = sum([c for _, c in log])  # a list, not a generator: the log holds up to N entries
     if used + cost <= n + EPS:
         if log and log[-1][0] >= now:
             # Same instant, or a clock behind the newest entry: log it with that entry, so the
