@@ -448,7 +448,7 @@ def test_the_middleware_reloads_a_good_file_and_keeps_the_old_policy_on_a_bad_on
     assert mw.reload() is True
     # a new snapshot, the same counters: 2 used of the free tier's new 4
     assert [_wsgi_call(mw, x_user="ann")[0][:3] for _ in range(3)] == ["200", "200", "429"]
-    _write(path, TIERS.replace('rate = "4/minute"', 'rate = "4/minut"').replace(
+    _write(path, TIERS.replace('rate = "2/minute"', 'rate = "4/minut"').replace(
         'default = "free"', 'default = "gold"'))
     assert mw.reload() is False
     assert "NOT reloaded: 2 error(s)" in caplog.text
@@ -519,3 +519,57 @@ def test_a_middleware_needs_an_http_part_and_takes_no_python_failure_policy(
     snap: Policies = PolicyHolder(path).current
     mw = WSGIRateLimitMiddleware(_app, snap)  # a snapshot works too
     assert _wsgi_call(mw, x_user="ann")[0].startswith("200")
+
+
+def test_an_exempt_key_of_a_hashed_attribute_is_compared_as_its_digest() -> None:
+    h = Harness(SEVERAL.replace('[http.attributes.user]\nheader = "X-User"',
+                                '[http.attributes.user]\nheader = "X-Api-Key"\nhash = true\n\n'
+                                '[http.exempt]\nkeys = { user = ["internal-secret"] }'))
+    assert h.decide(x_api_key="internal-secret") is None
+    hd = h.decide(x_api_key="someone-else")
+    assert hd is not None and dict(hd.check.descriptors[1].entries)["user"].startswith(
+        "sha256:")
+
+
+def test_a_missing_host_header_is_an_absent_host() -> None:
+    h = Harness(PER_IP + '''
+[http]
+domain = "web"
+descriptors = [["client_ip"], ["host"]]
+''')
+    hd = h.decide()
+    assert hd is not None and [d.entries for d in hd.check.descriptors] == [
+        (("client_ip", "192.0.2.1"),)]
+    hd = h.decide(host="API.example.com")
+    assert hd is not None and hd.check.descriptors[1].entries == (("host", "api.example.com"),)
+
+
+def test_watch_polls_on_the_adapters_clock_unless_given_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "policies.toml"
+    _write(path, TIERS)
+    clock = ManualClock(1000.0)
+    mw = WSGIRateLimitMiddleware(_app, path, clock=clock, watch=5.0)
+    _write(path, TIERS.replace('rate = "2/minute"', 'rate = "7/minute"'))
+    assert '"web.free";q=2' in _wsgi_call(mw, x_user="ann")[1]["RateLimit-Policy"]
+    clock.advance(6.0)
+    assert '"web.free";q=7' in _wsgi_call(mw, x_user="ann")[1]["RateLimit-Policy"]
+
+
+def test_a_degraded_answer_names_the_failure_policy_of_the_rule_that_decided(
+        tmp_path: Path) -> None:
+    path = tmp_path / "policies.toml"
+    _write(path, ROUTES.replace('''  key = "client_ip"
+  limits = [{ name = "login"''', '''  key = "client_ip"
+  failure = "closed"
+  limits = [{ name = "login"'''))
+    mw = WSGIRateLimitMiddleware(_app, path, store=DownStore(), clock=ManualClock(1000.0))
+    status, headers = _wsgi_call(mw, "/api/items")
+    assert status.startswith("200") and headers["X-RateLimit-Degraded"] == "open"
+    env_login = {"REQUEST_METHOD": "POST", "PATH_INFO": "/login", "REMOTE_ADDR": "192.0.2.1"}
+    got: dict[str, Any] = {}
+
+    def start_response(status: str, hdrs: list[tuple[str, str]], exc: Any = None) -> None:
+        got["status"], got["headers"] = status, dict(hdrs)
+
+    b"".join(mw(env_login, cast(Any, start_response)))
+    assert got["status"].startswith("429") and got["headers"]["X-RateLimit-Degraded"] == "closed"

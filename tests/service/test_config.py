@@ -4,6 +4,7 @@ the bundled examples, and the matching rules.
 Each file in ``configs/bad/`` states what ``check-config`` must report, one line per error::
 
     # expect: <location>: <the start of the message, or a part of it>
+    # expect-count: <the number of errors, when knock-on errors must not appear>
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def test_bad_policies_report_every_error_with_its_location(path: Path) -> None:
             (message in i.message or message in str(i))
             for i in issues
         ), f"{path.name}: expected {want!r}; reported:\n" + "\n".join(reported)
+    counts = [line.split(":", 1)[1] for line in path.read_text().splitlines()
+              if line.startswith("# expect-count:")]
+    if counts:  # no knock-on errors: exactly this many
+        assert len(issues) == int(counts[0]), "\n".join(reported)
     with pytest.raises(PolicyError) as info:
         load_policies(path)
     assert info.value.issues == tuple(issues)

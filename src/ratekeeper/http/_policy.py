@@ -557,7 +557,7 @@ class _PoliciesEngine:
         key = ";".join(",".join(f"{k}={v}" for k, v in desc.entries)
                        for desc in hd.check.descriptors)
         out = respond(rules, self.stats, req, hd.decision, hd.verdict, key=key,
-                      limits=hd.result.policies, failure=snap.settings.failure)
+                      limits=hd.result.policies, failure=hd.result.failure)
         if out.delay > 0:
             yield Op(self.sleep, "sleep", (out.delay,))
         return out
@@ -703,8 +703,10 @@ class _Adapter(Generic[S, Z]):
                 source = holder
                 watch = options.get("watch")
                 if watch is not None:
+                    # Polls on the watch clock, else the adapter's clock (a test's
+                    # ManualClock steps both), else the monotonic clock.
                     watcher = Watcher(holder, watch, clock=options.get("watch_clock")
-                                      or time.monotonic)
+                                      or options.get("clock") or time.monotonic)
             self.engine = _PoliciesEngine(source, store, clock=options.get("clock"),
                                           sleep=sleep, watcher=watcher)
             self.policy: HTTPPolicy | None = None

@@ -177,6 +177,9 @@ class CheckResult(NamedTuple):
     generation: int = 0
     #: False when the domain is not in the policies (every descriptor is then unmatched).
     known_domain: bool = True
+    #: The store failure policy of the rule that decided (``[service] failure`` unless that
+    #: rule has its own): what a degraded answer says decided it.
+    failure: str = "open"
     #: Where the enforced checks were charged, when they were admitted (for a refund: the
     #: middleware's queued request that would wait past ``max_delay``).
     ticket: core.Ticket | None = None
@@ -444,10 +447,19 @@ class Engine:
             statuses.append(DescriptorStatus(outcome, rule, merged, limits))
             policy = merged.limit.name if merged.limit is not None else ""
             stats.decision(domain, rule.name, policy, outcome)
+        decision = merge_decisions(deciding) if deciding else None
+        failure = settings.failure
+        if decision is not None and decision.degraded:
+            # The policy that answered for the deciding limit (a rule may have its own).
+            for st in statuses:
+                if st.decision == decision and st.rule is not None:
+                    failure = st.rule.failure or settings.failure
+                    break
         return CheckResult(
             domain=domain,
             allowed=all(s.ok for s in statuses),
-            decision=merge_decisions(deciding) if deciding else None,
+            decision=decision,
+            failure=failure,
             statuses=tuple(statuses),
             policies=tuple(consulted.values()),
             degraded=degraded,

@@ -260,10 +260,13 @@ class Attribute:
         value = value.strip()
         if not value:
             return None
-        if self.hash:
-            return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")
-                                              ).hexdigest()[:32]
-        return value
+        return self.digest(value) if self.hash else value
+
+    def digest(self, value: str) -> str:
+        """What a ``hash = true`` attribute sends for `value` (and how its exempt values are
+        compared): never the secret itself."""
+        return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")
+                                          ).hexdigest()[:32]
 
     def resolve(self, raw: str | None) -> str | None:
         """`raw` after `values` and `default`, bounded."""
@@ -489,7 +492,8 @@ class HTTPRules:
         elif name == "path":
             v = bounded(req.path)
         elif name == "host":
-            v = bounded(req.headers.get("host", "").lower())
+            host = req.headers.get("host", "").strip().lower()
+            v = bounded(host) if host else None
         elif name == "route":
             v = route or None
         else:

@@ -59,6 +59,9 @@ class _HTTPBuilder:
     def __init__(self, b: _Builder) -> None:
         self.b = b
         self.ok = True
+        #: Attributes whose own errors were reported: entries naming them say nothing more.
+        self.broken_attributes: set[str] = set()
+        self.broken: set[str] = set()
 
     def err(self, loc: str, msg: str) -> None:
         self.ok = False
@@ -139,8 +142,11 @@ class _HTTPBuilder:
                 elif k.upper() in METHODS:
                     per[k.upper()] = got
                 else:
+                    hint = _closest(k.upper(), [*METHODS, "DEFAULT"])
                     self.err(f"{loc}.{k}", f"a cost table's keys are methods or 'default', "
-                                           f"got {k!r}")
+                                           f"got {k!r}"
+                             + (f" (did you mean {hint.lower() if hint == 'DEFAULT' else hint!r}?)"
+                                if hint else ""))
             return default, per
         return self.b._positive(loc, v, "a cost"), {}
 
@@ -162,11 +168,16 @@ class _HTTPBuilder:
             domain = None
         attributes = self._attributes(tbl.get("attributes", {}))
         names = {*BUILTIN_ATTRIBUTES, *attributes}
+        self.broken = self.broken_attributes
         client_ip = self._client_ip(tbl.get("client_ip", {}))
         paths = self._paths("http.paths", tbl["paths"]) if "paths" in tbl else ()
         methods = self._methods("http.methods", tbl["methods"]) if "methods" in tbl else None
         hosts = self._hosts("http.hosts", tbl["hosts"]) if "hosts" in tbl else None
         exempt_paths, exempt_nets, exempt_keys = self._exempt(tbl.get("exempt", {}), names)
+        for attr_name, keys in list(exempt_keys.items()):
+            a = attributes.get(attr_name)
+            if a is not None and a.hash:  # compared as the attribute sends them: digested
+                exempt_keys[attr_name] = frozenset(a.digest(k) for k in keys)
         defaults = self._descriptor_list("http.descriptors", tbl.get("descriptors", []), names)
         cost = 1.0
         if "cost" in tbl:
@@ -182,7 +193,7 @@ class _HTTPBuilder:
             self.err("http.degraded_header", "must be a header name, or \"\" for none")
             degraded = ""
         routes = self._routes(tbl.get("routes", []), names, paths, methods)
-        if not defaults and not routes and domain is not None:
+        if not tbl.get("descriptors") and not tbl.get("routes") and domain is not None:
             self.err("http", "gives no descriptors: add `descriptors = [[\"client_ip\"]]` "
                              "(every request) or [[http.routes]] with descriptors")
         if not self.ok or domain is None or paths is None:
@@ -223,6 +234,7 @@ class _HTTPBuilder:
             return out
         for name, araw in tbl.items():
             loc = f"http.attributes.{name}"
+            self.broken_attributes.add(name)  # until it is built
             a = self.b._table(loc, araw)
             if a is None:
                 continue
@@ -233,13 +245,27 @@ class _HTTPBuilder:
                 if hook is None:
                     continue
                 kwargs["hook"] = hook
-            if "cache_by" in kwargs and kwargs["cache_by"] not in (*BUILTIN_ATTRIBUTES, *tbl):
-                self.err(f"{loc}.cache_by", f"no attribute {kwargs['cache_by']!r}")
+            known = [*BUILTIN_ATTRIBUTES, *tbl]
+            if "cache_by" in kwargs and kwargs["cache_by"] not in known:
+                hint = _closest(str(kwargs["cache_by"]), known)
+                self.err(f"{loc}.cache_by", f"no attribute {kwargs['cache_by']!r}"
+                         + (f" (did you mean {hint!r}?)" if hint else ""))
+                continue
+            if "values" in kwargs and "default" not in kwargs:
+                self.err(f"{loc}.default",
+                         "missing: an attribute with `values` (tiers) needs a `default` for "
+                         "any other value, or a client could leave its tier's limits behind "
+                         "by sending a value not listed")
                 continue
             try:
                 out[name] = Attribute(name, **kwargs)
             except (ValueError, TypeError) as e:
-                self.err(loc, str(e).removeprefix(f"attribute {name!r}: "))
+                msg = str(e)
+                for prefix in (f"attribute {name!r}: ", f"attribute {name!r} "):
+                    msg = msg.removeprefix(prefix)
+                self.err(loc, msg)
+                continue
+            self.broken_attributes.discard(name)
         return out
 
     def _import_hook(self, loc: str, ref: object) -> Callable[[RequestInfo], object] | None:
@@ -324,6 +350,9 @@ class _HTTPBuilder:
         if (attr is None) == (value is None):
             self.err(loc, "give either attribute = \"...\" (a request's value) or "
                           "value = \"...\" (a literal)")
+            return None
+        if attr is not None and attr in self.broken:
+            self.ok = False  # its definition's error is reported; nothing more to say here
             return None
         if attr is not None and attr not in names:
             hint = _closest(attr, sorted(names))
@@ -423,28 +452,50 @@ class _HTTPBuilder:
                 return
 
     def _check_tiers(self, rules: HTTPRules, dom: Domain) -> None:
-        """Every value an attribute with `values` may take (a tier) must meet a rule: a
-        tier without limits is a mistake (its clients would be unlimited)."""
-        groups = [("http.descriptors", rules.descriptors)] + [
-            (f"http.routes[{i}].descriptors", r.descriptors) for i, r in enumerate(rules.routes)]
-        for loc, descriptors in groups:
+        """A descriptor that can never meet a rule is a mistake, and is an error: every
+        value a tier attribute (one with `values`) may take must reach a rule, and so must
+        a descriptor made only of literals, route names and tiers (a typo in a literal, or
+        a route whose `name` the rules do not use). Descriptors with other request values
+        are not judged: which values have rules is the domain's business."""
+        groups = [("http.descriptors", rules.descriptors, None)] + [
+            (f"http.routes[{i}].descriptors", r.descriptors, r) for i, r in
+            enumerate(rules.routes)]
+        for loc, descriptors, route in groups:
             for i, d in enumerate(descriptors):
+                choices: list[list[str]] = []
+                judged = True
+                for e in d:
+                    attr = rules.attributes.get(e.attribute or "")
+                    if e.attribute is None:
+                        choices.append([e.value or ""])
+                    elif e.attribute == "route":
+                        choices.append([route.name] if route is not None else [])
+                    elif attr is not None and attr.values is not None:
+                        choices.append(sorted(attr.values))
+                    else:
+                        choices.append(["\x00any"])
+                        judged = False
+                if any(not c for c in choices):
+                    continue  # a default descriptor naming the route: sent on routes only
                 for j, e in enumerate(d):
                     attr = rules.attributes.get(e.attribute or "")
                     if attr is None or attr.values is None:
                         continue
-                    for tier in sorted(attr.values):
-                        entries = [(x.key, tier if k == j else x.value or "\x00any")
+                    for tier in choices[j]:
+                        entries = [(x.key, tier if k == j else choices[k][0])
                                    for k, x in enumerate(d)]
-                        if _matches_anything(dom, entries):
-                            continue
-                        self.err(f"{loc}[{i}][{j}]",
-                                 f"{e.attribute} = {tier!r} (one of its values) matches no "
-                                 f"rule of domain {dom.name!r} for descriptor "
-                                 f"{[x.key for x in d]}: add a rule for it (limits or "
-                                 "`unlimited = true`) or remove the value")
-
-
-def _matches_anything(dom: Domain, entries: list[tuple[str, str]]) -> bool:
-    """Whether `entries` (open attribute values as a placeholder) reach a rule."""
-    return dom.match(entries) is not None
+                        if dom.match(entries) is None:
+                            self.err(f"{loc}[{i}][{j}]",
+                                     f"{e.attribute} = {tier!r} (one of its values) matches no "
+                                     f"rule of domain {dom.name!r} for descriptor "
+                                     f"{[x.key for x in d]}: add a rule for it (limits or "
+                                     "`unlimited = true`) or remove the value")
+                if judged and not any(rules.attributes.get(e.attribute or "") is not None
+                                      for e in d):
+                    entries = [(x.key, choices[k][0]) for k, x in enumerate(d)]
+                    if dom.match(entries) is None:
+                        shown = ", ".join(f"{k}={v}" for k, v in entries)
+                        self.err(f"{loc}[{i}]",
+                                 f"descriptor [{shown}] matches no rule of domain {dom.name!r}, "
+                                 "so it limits nothing: fix the key or value (or the route's "
+                                 "`name`), or add a rule for it")
