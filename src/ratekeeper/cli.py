@@ -2,6 +2,8 @@
 
     ratekeeper simulate ALGORITHM --rate RATE [--burst N] [--nodelay | --delay D]
                         [--store URL] --trace FILE|- [--summary] [--events]
+    ratekeeper simulate --policies FILE [--format FORMAT] [--store URL] --trace FILE|-
+                        [--summary] [--events]
 
 `simulate` replays a JSON Lines trace of ``{"t": seconds, "key": "...", "cost": 1}`` events
 through a policy on the trace's own clock and prints one JSON object per event, in order:
@@ -11,6 +13,14 @@ an admitted request is queued). It answers "what would this policy have done to
 this traffic?" before you deploy it; with ``--store redis://...`` the same replay runs
 through the Redis scripts (on the trace's clock, so the answers must be identical);
 ``--store`` takes every store URL the API and the service take (`ratekeeper.stores.open_store`).
+
+With ``--policies``, the trace is of HTTP requests and the policies file's ``[http]`` part
+decides each exactly as the middleware would (`ratekeeper.replay.replay`): JSON Lines such
+as ``{"t": 0.5, "method": "POST", "path": "/login", "client": "203.0.113.7", "headers":
+{"x-user": "ann"}}`` by default, or an access log (``--format combined``, ``common``,
+``jsonl`` or an nginx ``log_format`` string). Each output line gives the event's ``t``,
+``method``, ``path`` and ``client``, its ``verdict`` (``allowed``, ``delayed``,
+``rejected``, ``shadow-*`` or ``not_limited``) and ``status``, then the decision.
 
 The other subcommands live beside what they drive and are imported here, explicitly:
 ``inspect`` (`ratekeeper.stores._cli`, needs the redis extra), ``serve`` and
@@ -68,6 +78,15 @@ def _open_store(url: str | None) -> Any:
 
 
 def simulate(args: argparse.Namespace) -> int:
+    if args.policies is not None:
+        return _simulate_policies(args)
+    if args.algorithm is None or args.rate is None:
+        # A usage error, as argparse reports one (it cannot say "these two, or that one").
+        print("usage: ratekeeper simulate ALGORITHM --rate RATE ... --trace FILE\n"
+              "       ratekeeper simulate --policies FILE ... --trace FILE\n"
+              "ratekeeper simulate: error: give an ALGORITHM and --rate, or --policies FILE",
+              file=sys.stderr)
+        raise SystemExit(2)
     try:
         limit = Limit(
             args.algorithm,
@@ -131,6 +150,66 @@ def simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate_policies(args: argparse.Namespace) -> int:
+    """``simulate --policies``: a request trace (or access log) through a policies file."""
+    from .policy import PolicyError, load_policies  # noqa: PLC0415
+    from .replay import read_log  # noqa: PLC0415
+    from .replay._replay import REQUESTS_FORMAT, replay  # noqa: PLC0415
+
+    if args.algorithm is not None or args.rate is not None:
+        print("ratekeeper simulate: --policies decides with the file's limits; drop the "
+              "ALGORITHM and --rate", file=sys.stderr)
+        return 2
+    try:
+        policies = load_policies(args.policies)
+    except PolicyError as e:
+        print(f"ratekeeper simulate: {e}", file=sys.stderr)
+        return 2
+    if policies.http is None:
+        print(f"ratekeeper simulate: {args.policies} has no [http] part: nothing says how a "
+              "request becomes descriptors (docs/policies.md)", file=sys.stderr)
+        return 2
+    try:
+        store = _open_store(args.store)
+    except RateKeeperError as e:
+        print(f"ratekeeper simulate: --store: {e}", file=sys.stderr)
+        return 2
+    fmt = REQUESTS_FORMAT if args.format == "requests" else args.format
+    try:
+        reader = read_log(args.trace, fmt, window=0.0 if args.format == "requests" else 2.0)
+    except (RateKeeperError, OSError) as e:
+        print(f"ratekeeper simulate: --trace: {e}", file=sys.stderr)
+        return 2
+    status = policies.http.status
+    show_events = args.events or not args.summary
+    counts: dict[str, int] = {}
+    out = sys.stdout
+    with reader:
+        for r in replay(policies, reader, store=store):
+            counts[r.verdict] = counts.get(r.verdict, 0) + 1
+            if not show_events:
+                continue
+            ev = r.event
+            row: dict[str, Any] = {"t": ev.t, "method": ev.method, "path": ev.path,
+                                   "client": ev.client, "verdict": r.verdict,
+                                   "status": status if r.verdict == "rejected" else 200}
+            if r.decision is not None:
+                row.update(decision_json(r.decision.decision))
+            print(json.dumps(row), file=out)
+    stats = reader.stats
+    if args.summary:
+        print(f"policies: {args.policies} ({policies.summary()})", file=out)
+        for verdict in ("allowed", "delayed", "rejected", "shadow-rejected", "shadow-delayed",
+                        "not_limited"):
+            print(f"{verdict:<16} {counts.get(verdict, 0):>8}", file=out)
+    if stats.malformed_total:
+        # An access log's odd lines are counted and shown, never fatal; a request trace is
+        # the user's own file, and a bad line in it is an error (as for ALGORITHM traces).
+        print(f"ratekeeper simulate: {stats.summary()}", file=sys.stderr)
+        return 1 if args.format == "requests" else 0
+    return 0
+
+
 def _print_summary(per_key: dict[str, list[int]], limit: Limit, out: IO[str]) -> None:
     width = max([len("total"), *(len(k) for k in per_key)])
     print(f"policy: {_describe(limit)}", file=out)
@@ -156,8 +235,16 @@ def _describe(limit: Limit) -> str:
 
 
 def _add_simulate(p: argparse.ArgumentParser) -> None:
-    p.add_argument("algorithm", choices=list(ALGORITHMS), help="the algorithm to replay")
-    p.add_argument("--rate", required=True, help='e.g. "10/s", "100/minute", "3/2s", "10r/s"')
+    p.add_argument("algorithm", nargs="?", choices=list(ALGORITHMS),
+                   help="the algorithm to replay (or give --policies)")
+    p.add_argument("--rate", help='e.g. "10/s", "100/minute", "3/2s", "10r/s"')
+    p.add_argument("--policies", default=None, metavar="FILE",
+                   help="a policies file with an [http] part: the trace is of HTTP requests, "
+                   "decided as the middleware would")
+    p.add_argument("--format", default="requests",
+                   help="with --policies: the trace's format: requests (JSON Lines of "
+                   '{"t", "method", "path", "client", "headers"}, the default), combined, '
+                   "common, jsonl, or an nginx log_format string")
     p.add_argument(
         "--burst",
         type=float,
