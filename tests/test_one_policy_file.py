@@ -23,7 +23,11 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from flask import Flask
 
+from ratekeeper.http import RateLimitMiddleware
+from ratekeeper.http.flask import Limiter
 from ratekeeper.testing import ManualClock
 from tests.service._proc import ServiceProcess
 
@@ -53,10 +57,6 @@ def answer_of(status: int, headers: Any) -> Answer:
 
 
 async def through_fastapi() -> list[Answer]:
-    from fastapi import FastAPI
-
-    from ratekeeper.http import RateLimitMiddleware
-
     app = FastAPI()
 
     @app.api_route("/{path:path}", methods=["GET", "POST"])
@@ -74,10 +74,6 @@ async def through_fastapi() -> list[Answer]:
 
 
 def through_flask() -> list[Answer]:
-    from flask import Flask
-
-    from ratekeeper.http.flask import Limiter
-
     app = Flask(__name__)
     Limiter(app, policy=str(EXAMPLE), clock=ManualClock(1000.0))
 
