@@ -383,10 +383,11 @@ def decide(store: Any, checks: list[Check], now: float, failure: Failure, *,
 
 
 def hit(store: Any, checks: list[Check], now: float, failure: Failure, *,
-        consume: bool = True) -> Plan[Decision]:
+        consume: bool = True, policy: str | None = None) -> Plan[Decision]:
     """Plan: the merged decision on `checks`, charged when `consume` (a charge that needs no
     refund; ``consume=False`` is a peek). One charged check goes to the store's one-limit
-    call (``decide_one``, its fastest); anything else to `decide`, all-or-nothing."""
+    call (``decide_one``, its fastest); anything else to `decide`, all-or-nothing. `policy`
+    overrides `failure`'s policy for this call."""
     try:
         if consume and len(checks) == 1:
             d: Decision = yield Op(store, "decide_one", (*checks[0], now))
@@ -394,7 +395,7 @@ def hit(store: Any, checks: list[Check], now: float, failure: Failure, *,
             decisions, _ = yield Op(store, "decide", (checks, now, consume))
             d = merge_decisions(decisions)
     except StoreError as e:
-        degraded, _ = yield from failure.decisions(checks, now, e)
+        degraded, _ = yield from failure.decisions(checks, now, e, policy)
         return merge_decisions(degraded)
     if failure.failing:
         failure.recovered()

@@ -277,8 +277,8 @@ def test_holder_swaps_good_files_and_keeps_the_old_on_bad_ones(
     assert holder().generation == 2 and holder.last_error is not None
     assert "a domain needs descriptors" in holder.last_error
     (rec,) = [r for r in caplog.records if getattr(r, "event", "") == "reload_failed"]
-    assert rec.errors == ["domains.d: a domain needs descriptors: add [[domains.d.descriptors]] "  # type: ignore[attr-defined]
-                          "tables"]
+    assert rec.errors == ["line 1, domains.d: a domain needs descriptors: add "  # type: ignore[attr-defined]
+                          "[[domains.d.descriptors]] tables"]
     assert holder.poll() is None  # the bad file is not retried until it changes again
 
     path.unlink()

@@ -554,10 +554,11 @@ class _PoliciesEngine:
             return None
         rules = snap.http
         assert rules is not None  # decide_request answered None otherwise
-        key = ";".join(",".join(f"{k}={v}" for k, v in desc.entries)
-                       for desc in hd.check.descriptors)
+        # The key a log line names: only rejections and dry runs log one.
+        key = "" if hd.decision.allowed and hd.verdict != "shadow-rejected" else ";".join(
+            ",".join(f"{k}={v}" for k, v in desc.entries) for desc in hd.check.descriptors)
         out = respond(rules, self.stats, req, hd.decision, hd.verdict, key=key,
-                      limits=hd.result.policies, failure=hd.result.failure)
+                      limits=hd.limits, failure=hd.failure)
         if out.delay > 0:
             yield Op(self.sleep, "sleep", (out.delay,))
         return out

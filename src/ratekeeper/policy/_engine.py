@@ -468,6 +468,48 @@ class Engine:
             ticket=ticket,
         )
 
+    def simple_checks(self, snap: Policies, domain: str,
+                      descriptors: Sequence[DescriptorRequest], hits: float
+                      ) -> tuple[list[Check], tuple[Limit, ...]] | None:
+        """The store checks of a request whose every matched rule is plain (enforced limits
+        or unlimited: no shadow mode, own failure policy, ``replaces``, override or
+        per-descriptor hits), with the limits they consult; None for any other request,
+        which `plan` decides. A driver that needs only the merged decision (the
+        middleware) decides these with one `core.hit`, skipping the per-descriptor
+        statuses `plan` builds; the decision is the same (`plan`'s merged one)."""
+        settings = snap.settings
+        dom = snap.domains.get(domain)
+        if dom is None or settings.shadow_mode or dom.shadow_mode \
+                or len(descriptors) > MAX_DESCRIPTORS:
+            return None
+        checks: dict[tuple[str, str], Check] = {}
+        limits: dict[str, Limit] = {}
+        for d in descriptors:
+            if d.hits is not None or d.override is not None:
+                return None
+            rule = d.rule if d.rule is not None else dom.match(d.entries)
+            if rule is None or rule.unlimited:
+                continue
+            if rule.shadow_mode or rule.failure is not None or rule.replaces \
+                    or not rule.limits:
+                return None
+            cost = hits * rule.cost
+            if not cost <= settings.max_cost:
+                return None  # `plan` says why
+            for pl in rule.limits:
+                lim = pl.limit
+                try:
+                    c = lim.check_cost(cost)
+                except InvalidCost:
+                    return None
+                k = (lim.name, counter_key(d.entries, pl.by))
+                slot = checks.get(k)
+                checks[k] = (lim, k[1], c if slot is None else slot[2] + c)
+                limits.setdefault(lim.name, lim)
+        if settings.fallback_share != self.failure.share:  # a reload changed it
+            self.failure.set_share(settings.fallback_share)
+        return list(checks.values()), tuple(limits.values())
+
     def _decide(self, checks: list[Check], now: float, policy: FailurePolicy, *,
                 consume: bool = True, policies: Sequence[FailurePolicy] | None = None
                 ) -> core.Plan[tuple[list[Decision], bool, core.Ticket | None]]:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from .. import core
 from .._errors import StoreError
-from .._types import Decision
+from .._types import Decision, Limit
 from ._engine import CheckResult, DescriptorRequest, Engine
 from ._request import ClientIP, IPNetwork, RequestInfo
 
@@ -545,36 +545,63 @@ def verdict_of(d: Decision, *, dry_run: bool, max_delay: float | None
 
 
 class HTTPDecision(NamedTuple):
-    """One request decided: its `check`, the engine's `result`, the (possibly max_delay-
-    rejected) `decision`, and the `verdict`. A driver sleeps ``decision.delay`` for a
-    ``"delayed"`` verdict; the plan has already refunded a reservation rejected for
-    waiting too long."""
+    """One request decided: its `check`, the (possibly max_delay-rejected) `decision`, the
+    `verdict`, the `limits` consulted (for ``RateLimit-Policy``) and the store `failure`
+    policy that answered if the store failed. `result` is the engine's per-descriptor
+    `CheckResult` when the request needed one (shadow mode, a rule's own failure policy,
+    ...), else None. A driver sleeps ``decision.delay`` for a ``"delayed"`` verdict; the plan
+    has already refunded a reservation rejected for waiting too long."""
 
     check: HTTPCheck
-    result: CheckResult
     decision: Decision
     verdict: Verdict
+    limits: tuple[Limit, ...]
+    failure: str
+    result: CheckResult | None = None
 
 
 def decide_request(engine: Engine, snap: Policies, req: RequestInfo, now: float,
                    extra: Extra | None = None) -> core.Plan[HTTPDecision | None]:
     """Plan: `req` under the snapshot `snap` (its ``[http]`` part and domain rules): None
     when not limited (not covered, exempt, or no descriptor met a limit), else its
-    `HTTPDecision`. The middleware, the service's ``/v1/http`` and replay all run this."""
+    `HTTPDecision`. The middleware, the service's ``/v1/http`` and replay all run this.
+
+    A request whose rules are all plain (`Engine.simple_checks`) is one `core.hit` (one
+    ``decide_one`` for a single limit), or one `core.decide` when a queued request may need
+    its refund; any other goes through `Engine.plan`. Both give the same decision."""
     rules = snap.http
     if rules is None:
         return None
     check = rules.map(req, now, extra)
     if check is None:
         return None
-    result = yield from engine.plan(snap, check.domain, check.descriptors, check.cost)
-    d = result.decision
-    if d is None:  # every descriptor unmatched or unlimited
-        return None
+    simple = engine.simple_checks(snap, check.domain, check.descriptors, check.cost)
+    result: CheckResult | None = None
+    ticket: core.Ticket | None = None
+    if simple is not None:
+        checks, limits = simple
+        if not checks:  # every descriptor unmatched or unlimited
+            return None
+        policy = snap.settings.failure
+        failure: str = policy
+        queues = check.max_delay is not None and not check.dry_run and any(
+            lim.algorithm == "leaky-bucket" and not lim.nodelay for lim in limits)
+        if queues:  # a delay past max_delay gives the charge back: keep its ticket
+            decisions, ticket = yield from core.decide(engine.store, checks, now,
+                                                       engine.failure, policy=policy)
+            d = core.merge_decisions(decisions)
+        else:
+            d = yield from core.hit(engine.store, checks, now, engine.failure, policy=policy)
+    else:
+        result = yield from engine.plan(snap, check.domain, check.descriptors, check.cost)
+        if result.decision is None:  # every descriptor unmatched or unlimited
+            return None
+        d, limits, failure, ticket = (result.decision, result.policies, result.failure,
+                                      result.ticket)
     d, verdict, refund = verdict_of(d, dry_run=check.dry_run, max_delay=check.max_delay)
-    if refund and result.ticket is not None:
+    if refund and ticket is not None:
         try:
-            yield from core.refund(result.ticket, now)
+            yield from core.refund(ticket, now)
         except StoreError as e:  # the charge stays and expires as usual
             log.warning("could not refund a rejected reservation: %s", e)
-    return HTTPDecision(check, result, d, verdict)
+    return HTTPDecision(check, d, verdict, limits, failure, result)

@@ -8,6 +8,7 @@ the library's `GLOBAL_KEY`, so a `Limiter` and ``ratekeeper inspect`` see the sa
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -36,8 +37,14 @@ def counter_key(entries: Sequence[tuple[str, str]], by: tuple[str, ...] | None) 
     one-to-one and the key is printable ASCII with no braces); the library's `GLOBAL_KEY`
     for a global counter (it has no ``=``, so no descriptor's key can be it, and
     ``ratekeeper inspect`` and a `Limiter` on the same store see the same counter); ``#``
-    and a SHA-256 when longer than `MAX_COUNTER_KEY`.
+    and a SHA-256 when longer than `MAX_COUNTER_KEY`. Remembered for the most recent
+    descriptors, so that a returning client's key is not encoded again.
     """
+    return _counter_key(entries if isinstance(entries, tuple) else tuple(entries), by)
+
+
+@functools.lru_cache(maxsize=16384)
+def _counter_key(entries: tuple[tuple[str, str], ...], by: tuple[str, ...] | None) -> str:
     sel = entries if by is None else [e for e in entries if e[0] in by]
     if not sel:
         return GLOBAL_KEY

@@ -10,6 +10,7 @@ stamp (a `PolicyHolder` stamps with its own clock).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
@@ -43,6 +44,7 @@ from ._model import (
     make_level,
 )
 from ._names import _closest, _name_part, _name_problem
+from ._toml_lines import key_lines, line_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -99,7 +101,12 @@ def parse_policies_text(raw: bytes | str, *, source: str = "<policies>") -> Poli
                                            f"{e.start})")], source) from None
     except tomllib.TOMLDecodeError as e:
         raise PolicyError([ConfigIssue("", f"not valid TOML: {e}")], source) from None
-    return parse_policies(data, source=source, sha256=digest)
+    try:
+        return parse_policies(data, source=source, sha256=digest)
+    except PolicyError as e:  # tomllib gives no lines: find each location's in the text
+        lines = key_lines(text)
+        raise PolicyError([i if i.line is not None else dataclasses.replace(
+            i, line=line_of(lines, i.location)) for i in e.issues], source) from None
 
 
 def check_file(path: str | Path) -> tuple[Policies | None, list[ConfigIssue]]:

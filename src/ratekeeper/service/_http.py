@@ -269,7 +269,7 @@ def http_result_json(hd: HTTPDecision | None, snap: Policies) -> dict[str, Any]:
     rules = snap.http
     assert rules is not None
     d = hd.decision
-    limits = hd.result.policies
+    limits = hd.limits
     rejected = hd.verdict == "rejected"
     if rejected:
         headers = rejection_headers(d, legacy=rules.legacy_headers, policies=limits,
