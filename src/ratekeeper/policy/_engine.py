@@ -81,6 +81,9 @@ MAX_VALUE_CHARS = 1024
 #: distinct (domain, requests_per_unit, unit), so that any number of distinct overrides keeps
 #: memory bounded, as `--max-keys` bounds the key tables.
 OVERRIDE_CACHE_SIZE = 1024
+#: Plain requests whose store checks an engine remembers (a dict cleared when full: cheaper
+#: per hit than an LRU, and a returning client is back in it after one request).
+SIMPLE_CACHE_SIZE = 10_000
 #: The name of every override's rule (and its `rule` metric label).
 OVERRIDE_RULE = "{override}"
 
@@ -120,9 +123,9 @@ class Override:
     unit: str  # a key of UNIT_SECONDS
 
 
-@dataclass(frozen=True, slots=True)
-class DescriptorRequest:
-    """One validated descriptor of a request: its entries and, optionally, its own hits."""
+class DescriptorRequest(NamedTuple):
+    """One validated descriptor of a request: its entries and, optionally, its own hits.
+    (A NamedTuple: the middleware builds one per descriptor per request.)"""
 
     entries: tuple[tuple[str, str], ...]
     hits: float | None = None
@@ -275,6 +278,9 @@ class Engine:
                                     on_error=self._on_store_error)
         self._last_error = ""
         self._overrides: OrderedDict[tuple[str, int, str], Rule] = OrderedDict()
+        #: `simple_checks` answers by (snapshot, domain, hits, descriptors).
+        self._simple: dict[tuple[object, ...],
+                           tuple[Policies, tuple[list[Check], tuple[Limit, ...]]]] = {}
 
     def __repr__(self) -> str:
         return f"Engine(store={self.store!r}, policies={self._policies().summary()})"
@@ -478,6 +484,14 @@ class Engine:
         middleware) decides these with one `core.hit`, skipping the per-descriptor
         statuses `plan` builds; the decision is the same (`plan`'s merged one)."""
         settings = snap.settings
+        cacheable = all(d.rule is None for d in descriptors)
+        if cacheable:
+            ck = (id(snap), domain, hits, *(d.entries for d in descriptors))
+            hit = self._simple.get(ck)
+            if hit is not None and hit[0] is snap:
+                if settings.fallback_share != self.failure.share:
+                    self.failure.set_share(settings.fallback_share)
+                return hit[1]
         dom = snap.domains.get(domain)
         if dom is None or settings.shadow_mode or dom.shadow_mode \
                 or len(descriptors) > MAX_DESCRIPTORS:
@@ -508,7 +522,14 @@ class Engine:
                 limits.setdefault(lim.name, lim)
         if settings.fallback_share != self.failure.share:  # a reload changed it
             self.failure.set_share(settings.fallback_share)
-        return list(checks.values()), tuple(limits.values())
+        out = (list(checks.values()), tuple(limits.values()))
+        if cacheable:
+            # The same descriptors on the same snapshot make the same checks (a returning
+            # client): remembered, at most SIMPLE_CACHE_SIZE of them.
+            if len(self._simple) >= SIMPLE_CACHE_SIZE:
+                self._simple.clear()
+            self._simple[ck] = (snap, out)
+        return out
 
     def _decide(self, checks: list[Check], now: float, policy: FailurePolicy, *,
                 consume: bool = True, policies: Sequence[FailurePolicy] | None = None

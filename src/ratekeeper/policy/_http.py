@@ -337,9 +337,9 @@ class Extra(NamedTuple):
     exempt: bool
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class HTTPCheck:
-    """What to decide for one request: the `descriptors` of `domain`, `cost` hits each."""
+class HTTPCheck(NamedTuple):
+    """What to decide for one request: the `descriptors` of `domain`, `cost` hits each.
+    (A NamedTuple: one is built per request.)"""
 
     domain: str
     descriptors: tuple[DescriptorRequest, ...]
