@@ -19,3 +19,18 @@ def plan_of(request: RequestInfo) -> str | None:
 
 def broken(request: RequestInfo) -> str | None:
     raise RuntimeError("the plans database is down")
+
+
+#: customer -> their contract's limits, as a database would hold them.
+CONTRACTS: dict[str, object] = {}
+contract_calls: list[str] = []
+
+
+def contract_limits(request: RequestInfo) -> object:
+    user = request.headers.get("x-user", "")
+    contract_calls.append(user)
+    return CONTRACTS.get(user)
+
+
+def broken_limits(request: RequestInfo) -> object:
+    raise RuntimeError("the contracts database is down")

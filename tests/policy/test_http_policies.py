@@ -573,3 +573,53 @@ def test_a_degraded_answer_names_the_failure_policy_of_the_rule_that_decided(
 
     b"".join(mw(env_login, cast(Any, start_response)))
     assert got["status"].startswith("429") and got["headers"]["X-RateLimit-Degraded"] == "closed"
+
+
+LIMITS_FOR = SEVERAL.replace('[http.attributes.user]', '''[http.limits_for]
+hook = "tests.policy.hooks:contract_limits"
+key = "user"
+cache_seconds = 60
+max_limits = 2
+
+[http.attributes.user]''')
+
+
+def test_limits_from_a_hook_apply_per_customer_with_the_files_all_or_nothing() -> None:
+    hooks.contract_calls.clear()
+    hooks.CONTRACTS.update({
+        "acme": Limit("fixed-window", "1/minute", name="contract"),
+        "big": [Limit("fixed-window", "5/minute", name="contract"),
+                Limit("fixed-window", "100/hour", name="contract-hourly")],
+    })
+    h = Harness(LIMITS_FOR)
+    hd = h.decide(client="192.0.2.10", x_user="acme")
+    assert hd is not None and hd.verdict == "allowed"
+    assert hd.check.descriptors[-1].entries == (("user", "acme"),)
+    # acme's contract (1/minute) rejects its second request; nothing else is charged, so the
+    # per-user limit (2/minute) still has one left for a request that meets no contract.
+    assert h.verdicts(1, client="192.0.2.10", x_user="acme") == ["rejected"]
+    hooks.CONTRACTS.pop("acme")
+    assert h.verdicts(1, client="192.0.2.10", x_user="acme") == ["rejected"]  # cached
+    h.clock.advance(61.0)  # the cache and the windows expired: no contract now
+    assert h.verdicts(2, client="192.0.2.10", x_user="acme") == ["allowed", "allowed"]
+    # "big" has two limits of its own, counted separately from acme's "contract" counter
+    assert h.verdicts(2, client="192.0.2.11", x_user="big") == ["allowed", "allowed"]
+    assert hooks.contract_calls == ["acme", "acme", "big"]
+
+
+def test_a_limits_hooks_bad_answers_give_no_limits_of_its_own(
+        caplog: pytest.LogCaptureFixture) -> None:
+    hooks.CONTRACTS.update({"many": [Limit("fixed-window", "1/minute", name=f"c{i}")
+                                     for i in range(3)],
+                            "junk": "10/s", "none": None})
+    h = Harness(LIMITS_FOR)
+    for user in ("many", "junk", "none"):
+        hd = h.decide(client="192.0.2.20", x_user=user)
+        assert hd is not None and [d.entries[0][0] for d in hd.check.descriptors] == [
+            "client_ip", "user", "all"], user
+    assert "more than max_limits=2" in caplog.text
+    assert "expected a Limit, a list of them or None" in caplog.text
+    h2 = Harness(LIMITS_FOR.replace("hooks:contract_limits", "hooks:broken_limits"))
+    hd = h2.decide(x_user="acme")
+    assert hd is not None and hd.verdict == "allowed"
+    assert "limits_for hook raised" in caplog.text

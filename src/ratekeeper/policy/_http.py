@@ -37,16 +37,17 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .. import core
 from .._errors import StoreError
 from .._types import Decision, Limit
 from ._engine import CheckResult, DescriptorRequest, Engine
+from ._model import PolicyLimit, Rule
 from ._request import ClientIP, IPNetwork, RequestInfo
 
 if TYPE_CHECKING:
-    from ._model import Policies, Rule
+    from ._model import Policies
 
 __all__ = [
     "BUILTIN_ATTRIBUTES",
@@ -56,6 +57,7 @@ __all__ = [
     "HTTPDecision",
     "HTTPRoute",
     "HTTPRules",
+    "LimitsHook",
     "PathPattern",
     "compile_path",
     "decide_request",
@@ -150,10 +152,10 @@ class _HookCache:
     def __init__(self, seconds: float, size: int) -> None:
         self.seconds = seconds
         self.size = size
-        self._entries: OrderedDict[str, tuple[float, str | None]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[float, Any]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str, now: float) -> tuple[bool, str | None]:
+    def get(self, key: str, now: float) -> tuple[bool, Any]:
         with self._lock:
             hit = self._entries.get(key)
             if hit is None or hit[0] <= now:
@@ -161,7 +163,7 @@ class _HookCache:
             self._entries.move_to_end(key)
             return True, hit[1]
 
-    def put(self, key: str, value: str | None, now: float) -> None:
+    def put(self, key: str, value: Any, now: float) -> None:
         with self._lock:
             self._entries[key] = (now + self.seconds, value)
             self._entries.move_to_end(key)
@@ -275,6 +277,85 @@ class Attribute:
         return bounded(raw)
 
 
+#: The most limits a `LimitsHook` may give one request (its answer is bounded: a database
+#: row cannot make one request do unbounded work).
+MAX_HOOK_LIMITS = 8
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LimitsHook:
+    """Limits that live elsewhere (a database of customer contracts): ``hook(request)``
+    returns the request's own `Limit` objects (one, a list, or None), decided together with
+    the file's descriptors, all-or-nothing, counted per value of the attribute `key`.
+
+    Its answer is remembered per `key` value for `cache_seconds` of the engine's clock (at
+    most `cache_size` of them) and bounded: at most `max_limits` limits; anything else it
+    returns, or an exception it raises, is logged and means no extra limits.
+    """
+
+    hook: Callable[[RequestInfo], object]
+    key: str = "client_ip"
+    cache_seconds: float = 0.0
+    cache_size: int = 10_000
+    max_limits: int = MAX_HOOK_LIMITS
+    _cache: _HookCache | None = field(init=False, repr=False, default=None)
+    _rules: dict[tuple[Limit, ...], Rule] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not callable(self.hook):
+            raise ValueError(f"limits_for: hook must be callable, got {self.hook!r}")
+        if self.cache_seconds:
+            if not (0 < self.cache_seconds < math.inf):
+                raise ValueError("limits_for: cache_seconds must be a number above 0")
+            if not (1 <= self.cache_size <= 10_000_000):
+                raise ValueError("limits_for: cache_size must be 1 to 10000000")
+            object.__setattr__(self, "_cache",
+                               _HookCache(float(self.cache_seconds), self.cache_size))
+        if not (1 <= self.max_limits <= 64):
+            raise ValueError("limits_for: max_limits must be 1 to 64")
+
+    def limits(self, req: RequestInfo, key: str, now: float) -> tuple[Limit, ...]:
+        """The request's own limits (cached per `key`)."""
+        cache = self._cache
+        if cache is not None:
+            hit, got = cache.get(key, now)
+            if hit:
+                return got  # type: ignore[no-any-return]
+        out = self._call(req)
+        if cache is not None:
+            cache.put(key, out, now)
+        return out
+
+    def _call(self, req: RequestInfo) -> tuple[Limit, ...]:
+        try:
+            got = self.hook(req)
+        except Exception:  # a broken lookup must not break requests: logged, no limits
+            log.exception("limits_for hook raised; the request gets no limits of its own")
+            return ()
+        if got is None:
+            return ()
+        lims = (got,) if isinstance(got, Limit) else got
+        if not isinstance(lims, (list, tuple)) or not all(isinstance(x, Limit) for x in lims):
+            log.error("limits_for hook returned %r: expected a Limit, a list of them or None; "
+                      "the request gets no limits of its own", got)
+            return ()
+        if len(lims) > self.max_limits:
+            log.error("limits_for hook returned %d limits, more than max_limits=%d; the "
+                      "request gets no limits of its own", len(lims), self.max_limits)
+            return ()
+        return tuple(lims)
+
+    def rule(self, domain: str, limits: tuple[Limit, ...]) -> Rule:
+        """A rule applying `limits` (one per distinct set; remembered, bounded)."""
+        got = self._rules.get(limits)
+        if got is None:
+            if len(self._rules) >= 1024:
+                self._rules.clear()
+            got = self._rules[limits] = Rule(domain, "{limits_for}", (), tuple(
+                PolicyLimit(lim) for lim in limits))
+        return got
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One entry of a descriptor: its `key`, and the `attribute` giving its value or a
@@ -382,6 +463,7 @@ class HTTPRules:
     degraded_header: str | None = "X-RateLimit-Degraded"
     problem_type: str = "about:blank"
     websockets: bool = False
+    limits_for: LimitsHook | None = None
     _cover: HTTPRoute | None = field(init=False, repr=False)
     _exempt_paths: tuple[re.Pattern[str], ...] = field(init=False, repr=False)
     _exempt_nets: tuple[IPNetwork, ...] = field(init=False, repr=False)
@@ -468,6 +550,14 @@ class HTTPRules:
                 name, v = "client_ip", self._value("client_ip", req, route_name, values, now)
             assert v is not None
             out.append(DescriptorRequest((("route", extra.endpoint), (name, v)), rule=rule))
+        lf = self.limits_for
+        if lf is not None:
+            who = self._value(lf.key, req, route_name, values, now)
+            if who is not None:
+                own = lf.limits(req, who, now)
+                if own:
+                    out.append(DescriptorRequest(((lf.key, who),), rule=lf.rule(self.domain,
+                                                                                own)))
         if not out:
             return None
         if extra is not None and extra.cost is not None:

@@ -22,6 +22,7 @@ from ._http import (
     Entry,
     HTTPRoute,
     HTTPRules,
+    LimitsHook,
     RouteMode,
     compile_host,
     compile_path,
@@ -37,7 +38,8 @@ __all__ = ["HTTP_KEYS", "build_http"]
 
 HTTP_KEYS = ("domain", "descriptors", "routes", "attributes", "paths", "methods", "hosts",
              "exempt", "client_ip", "cost", "dry_run", "max_delay", "status",
-             "legacy_headers", "degraded_header", "problem_type", "websockets")
+             "legacy_headers", "degraded_header", "problem_type", "websockets", "limits_for")
+_LIMITS_FOR_KEYS = ("hook", "key", "cache_seconds", "cache_size", "max_limits")
 _ROUTE_KEYS = ("name", "path", "methods", "hosts", "descriptors", "mode", "cost",
                "exempt", "dry_run", "max_delay")
 _ATTRIBUTE_KEYS = ("header", "claim", "hook", "hash", "values", "default", "cache_seconds",
@@ -193,7 +195,9 @@ class _HTTPBuilder:
             self.err("http.degraded_header", "must be a header name, or \"\" for none")
             degraded = ""
         routes = self._routes(tbl.get("routes", []), names, paths, methods)
-        if not tbl.get("descriptors") and not tbl.get("routes") and domain is not None:
+        limits_for = self._limits_for(tbl["limits_for"], names) if "limits_for" in tbl else None
+        if not tbl.get("descriptors") and not tbl.get("routes") and "limits_for" not in tbl \
+                and domain is not None:
             self.err("http", "gives no descriptors: add `descriptors = [[\"client_ip\"]]` "
                              "(every request) or [[http.routes]] with descriptors")
         if not self.ok or domain is None or paths is None:
@@ -209,11 +213,38 @@ class _HTTPBuilder:
             problem_type=b._str("http", tbl, "problem_type", default="about:blank")
             or "about:blank",
             websockets=b._bool("http", tbl, "websockets"),
+            limits_for=limits_for,
         )
         dom = domains.get(domain)
         if dom is not None:
             self._check_tiers(rules, dom)
         return rules if self.ok else None
+
+    def _limits_for(self, raw: object, names: set[str]) -> LimitsHook | None:
+        loc = "http.limits_for"
+        tbl = self.b._table(loc, raw)
+        if tbl is None:
+            return None
+        self.b._unknown(loc, tbl, _LIMITS_FOR_KEYS)
+        if "hook" not in tbl:
+            self.err(loc, "missing 'hook': \"package.module:function\", called with the "
+                          "request, returning its own Limit objects (or None)")
+            return None
+        hook = self._import_hook(f"{loc}.hook", tbl["hook"])
+        key = tbl.get("key", "client_ip")
+        if key not in names:
+            hint = _closest(str(key), sorted(names))
+            self.err(f"{loc}.key", f"no attribute {key!r}" + (f" (did you mean {hint!r}?)"
+                                                              if hint else ""))
+            return None
+        if hook is None:
+            return None
+        kwargs = {k: tbl[k] for k in ("cache_seconds", "cache_size", "max_limits") if k in tbl}
+        try:
+            return LimitsHook(hook, key, **kwargs)
+        except (ValueError, TypeError) as e:
+            self.err(loc, str(e).removeprefix("limits_for: "))
+            return None
 
     def _client_ip(self, raw: object) -> ClientIP:
         tbl = self.b._table("http.client_ip", raw)
