@@ -2,7 +2,8 @@
 
 This is a benchmark, not a test: it never fails on a slow number. It starts the real service
 in a subprocess (in-memory store, and Redis when available), drives it from load-generator
-subprocesses for a fixed time per scenario, and reports decisions per second and the
+subprocesses for a fixed time per scenario (or, with ``--requests N``, until at least N
+requests were answered, whatever the time: the smoke mode CI runs), and reports decisions per second and the
 latency a caller sees (p50, p99, p99.9), for:
 
 * ``http``: ``POST /v1/check`` over HTTP/1.1 keep-alive connections, with a minimal client
@@ -26,7 +27,8 @@ service share a small machine (they compete for the same cores).
 
     .venv/bin/python bench/bench_service.py                    # ~30 s: 5 s per scenario
     .venv/bin/python bench/bench_service.py --seconds 2 --only http-memory,grpc-memory
-    .venv/bin/python bench/bench_service.py --seconds 0.3 --warmup 0 --redis none  # smoke
+    .venv/bin/python bench/bench_service.py --seconds 0 --requests 40 --warmup 0 \
+        --redis none                                               # smoke: 40 per scenario
     .venv/bin/python bench/bench_service.py --json bench/results/service.json
 
 ``--redis auto`` (the default) starts a throw-away ``redis-server`` (tests/servers.py) if the
@@ -303,7 +305,7 @@ def _body(user: int) -> bytes:
     return b'{"domain":"bench","descriptors":[{"user":"u%d"}]}' % user
 
 
-async def _http_worker(port: int, users: int, deadline: float, lat: list[float],
+async def _http_worker(port: int, users: int, until: Until, lat: list[float],
                        errors: list[str]) -> int:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -311,7 +313,7 @@ async def _http_worker(port: int, users: int, deadline: float, lat: list[float],
     n = 0
     perf = time.perf_counter
     try:
-        while perf() < deadline:
+        while until.more():
             body = _body(rnd.randrange(users))
             req = (b"POST /v1/check HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json"
                    b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -335,7 +337,7 @@ async def _http_worker(port: int, users: int, deadline: float, lat: list[float],
     return n
 
 
-async def _grpc_workers(port: int, users: int, deadline: float, concurrency: int,
+async def _grpc_workers(port: int, users: int, until: Until, concurrency: int,
                         lat: list[float], errors: list[str]) -> None:
     import grpc  # noqa: PLC0415 (client processes only)
 
@@ -352,7 +354,7 @@ async def _grpc_workers(port: int, users: int, deadline: float, concurrency: int
         async def worker() -> None:
             rnd = random.Random()
             perf = time.perf_counter
-            while perf() < deadline:
+            while until.more():
                 data = pool[rnd.randrange(len(pool))]
                 t0 = perf()
                 try:
@@ -364,32 +366,53 @@ async def _grpc_workers(port: int, users: int, deadline: float, concurrency: int
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
+class Until:
+    """When a client's connections stop: once the deadline has passed *and* at least
+    `requests` were sent (counted when sent, so all connections together send exactly
+    `requests` when the deadline is already past: the work asked for, whatever the time)."""
+
+    def __init__(self, deadline: float, requests: int) -> None:
+        self.deadline = deadline
+        self.left = requests
+
+    def more(self) -> bool:
+        self.left -= 1
+        return self.left >= 0 or time.perf_counter() < self.deadline
+
+
 def client_main(args: argparse.Namespace) -> None:
     """One load-generator process: prints its latencies (microseconds) as JSON."""
     lat: list[float] = []
     errors: list[str] = []
-    deadline = time.perf_counter() + args.seconds
+    start = time.perf_counter()
+    until = Until(start + args.seconds, args.requests)
 
     async def run() -> None:
         if args.client == "http":
-            await asyncio.gather(*(_http_worker(args.port, args.users, deadline, lat, errors)
+            await asyncio.gather(*(_http_worker(args.port, args.users, until, lat, errors)
                                    for _ in range(args.concurrency)))
         else:
-            await _grpc_workers(args.port, args.users, deadline, args.concurrency, lat, errors)
+            await _grpc_workers(args.port, args.users, until, args.concurrency, lat, errors)
 
     asyncio.run(run())
     json.dump({"lat_us": [round(x * 1e6) for x in lat], "errors": errors[:20],
+               "elapsed_s": time.perf_counter() - start,
                "error_count": len(errors)}, sys.stdout)
 
 
 def _drive(kind: str, port: int, seconds: float, clients: int, concurrency: int,
-           users: int) -> dict[str, Any]:
+           users: int, requests: int = 0) -> dict[str, Any]:
+    per_client = -(-requests // clients)  # at least `requests` in all
     cmd = [sys.executable, __file__, "--client", kind, "--port", str(port), "--seconds",
-           str(seconds), "--concurrency", str(concurrency), "--users", str(users)]
+           str(seconds), "--concurrency", str(concurrency), "--users", str(users),
+           "--requests", str(per_client)]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE) for _ in range(clients)]
-    outs = [json.loads(p.communicate(timeout=seconds + 60)[0]) for p in procs]
+    # No time limit with --requests: the work asked for decides when a client is done.
+    limit = None if requests else seconds + 60
+    outs = [json.loads(p.communicate(timeout=limit)[0]) for p in procs]
     lat = sorted(x for o in outs for x in o["lat_us"])
     return {"lat_us": lat, "errors": sum(o["error_count"] for o in outs),
+            "elapsed_s": max(o["elapsed_s"] for o in outs),
             "error_samples": [e for o in outs for e in o["errors"]][:5]}
 
 
@@ -425,6 +448,9 @@ def _redis(choice: str, stack: list[Any]) -> str | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=5.0, help="measured seconds per scenario")
+    p.add_argument("--requests", type=int, default=0,
+                   help="each scenario sends at least this many requests, however long "
+                        "that takes (with --seconds 0: bounded by work, not time)")
     p.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds first")
     p.add_argument("--clients", type=int, default=1, help="load-generator processes")
     p.add_argument("--concurrency", type=int, default=16,
@@ -467,14 +493,16 @@ def main() -> None:
                 _drive(kind, port, args.warmup, args.clients, args.concurrency, args.users)
             cpu0 = server.cpu_seconds()
             t0 = time.perf_counter()
-            run = _drive(kind, port, args.seconds, args.clients, args.concurrency, args.users)
+            run = _drive(kind, port, args.seconds, args.clients, args.concurrency, args.users,
+                         args.requests)
             wall = time.perf_counter() - t0
             cpu = server.cpu_seconds() - cpu0
             lat = run["lat_us"]
             n = len(lat)
             row = {
                 "scenario": name, "transport": kind, "decisions": n,
-                "per_second": n / args.seconds,
+                # over the time the load took (--requests may take longer than --seconds)
+                "per_second": n / run["elapsed_s"] if run["elapsed_s"] else float("nan"),
                 "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "p999_ms": _pct(lat, 99.9),
                 "mean_ms": statistics.fmean(lat) / 1000 if lat else float("nan"),
                 "service_cpu_us_per_decision": cpu / n * 1e6 if n else float("nan"),
@@ -526,9 +554,11 @@ def main() -> None:
 
     env = {"python": platform.python_version(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "seconds": args.seconds,
-           "clients": args.clients, "concurrency": args.concurrency, "users": args.users}
+           "requests": args.requests, "clients": args.clients,
+           "concurrency": args.concurrency, "users": args.users}
+    span = f"{args.seconds:g} s" + (f" and {args.requests} requests" if args.requests else "")
     print(f"\n# ratekeeper serve on loopback: {args.clients} client process(es) x "
-          f"{args.concurrency} in flight, {args.seconds:g} s per scenario, "
+          f"{args.concurrency} in flight, at least {span} per scenario, "
           f"{env['cpus']} CPUs, load average {env['loadavg'][0]:.1f} at the end")
     print("| scenario | decisions/s | p50 ms | p99 ms | p99.9 ms | server CPU us/decision "
           "| x floor | errors |")
