@@ -93,6 +93,10 @@ class _Driver(Generic[S]):
         single = self._limits.single
         if single is not None:  # the hot path, bound once (see stores._base)
             self.hit = self._bind_hit(single)
+        else:
+            composite = self._bind_composite()
+            if composite is not None:
+                self.hit = composite
 
     @staticmethod
     def _default_sleep() -> Callable[[float], Any]:
@@ -100,6 +104,9 @@ class _Driver(Generic[S]):
 
     def _bind_hit(self, single: Limit) -> Callable[[str, float], Any]:
         raise NotImplementedError
+
+    def _bind_composite(self) -> Callable[[str, float], Any] | None:
+        return None
 
     @property
     def failure(self) -> FailurePolicy:
@@ -295,6 +302,33 @@ class Limiter(_Driver[Store]):
         if bind_hit is not None:
             return bind_hit(single, hooks)  # type: ignore[no-any-return]
         return bind_fallible_hit(self.store.bind(single), hooks, self.store.uses_client_clock)
+
+    def _bind_composite(self) -> Callable[[str, float], Decision] | None:
+        """The hot path of several limits on a store that binds them (`RedisStore.bind_all`):
+        the key and cost checked inline as `bind_fallible_hit` does, one store call, the
+        decisions merged; anything else goes the general way (`core.hit`)."""
+        bind_all = getattr(self.store, "bind_all", None)
+        if bind_all is None:
+            return None
+        decide_all = bind_all(self._limits.all)
+        hooks = self._hooks(self._slow_hit)
+        clock: Callable[[], float] = self.clock if self.store.uses_client_clock else float
+        max_len, failure, failed, slow = hooks.max_key_length, hooks.failure, hooks.failed, \
+            hooks.slow
+
+        def hit(key: str, cost: float = 1) -> Decision:
+            if (cost.__class__ is int and cost > 0 and key.__class__ is str
+                    and 0 < len(key) <= max_len and key.isprintable()):
+                try:
+                    decisions = decide_all(key, cost, clock())
+                except StoreError as e:
+                    return failed(e, key, cost)
+                if failure.failing:
+                    failure.recovered()
+                return merge_decisions(decisions)
+            return slow(key, cost)  # type: ignore[no-any-return]
+
+        return hit
 
     def _slow_hit(self, key: str, cost: float) -> Decision:
         return run(self._hit_plan(key, cost))

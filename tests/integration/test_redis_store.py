@@ -31,6 +31,8 @@ import redis.cluster
 from ratekeeper import (
     GLOBAL_KEY,
     ConfigError,
+    InvalidCost,
+    InvalidKey,
     Limit,
     Limiter,
     MemoryStore,
@@ -453,6 +455,71 @@ def test_composite_of_one_key_is_one_script(target: StoreTarget) -> None:
         assert all(x.allowed for x in decisions) and at == i / 100
     assert store.stats.calls - calls == 20
     assert target.reads() - reads == 20 + (3 if target.is_cluster else 1)
+
+
+COMPOSITE_TRACE = [("a", 1), ("a", 2), ("b}c%", 1), ("a", 1), ("b}c%", 3), ("d", 1),
+                   ("a", 1), ("e", 2), ("a", 1), ("b}c%", 1), ("f", 1), ("a", 5)]
+
+
+@pytest.mark.parametrize("algorithm", ["token-bucket", "gcra", "leaky-bucket", "fixed-window",
+                                       "sliding-window-log", "sliding-window-counter"])
+def test_composite_hit_decides_as_the_memory_store(target: StoreTarget, algorithm: str) -> None:
+    """A composite limiter's `hit` (`RedisStore.bind_all`, its bound hot path) answers every
+    request of a trace exactly as the same limiter on a `MemoryStore`: the merged decision,
+    the per-key state under the key's encoded name, whole costs above one, and one call per
+    decision."""
+    per_key = Limit(algorithm, "4/s") if "window" in algorithm \
+        else Limit(algorithm, "4/s", burst=4)
+    glob = Limit("sliding-window-counter", "9/s", name="all", scope="global")
+    store = target.store(client_clock=True, prefix=fresh_prefix())
+    clock = ManualClock(100.0)
+    redis_lim = Limiter([per_key, glob], store, clock=clock, failure="raise")
+    memory_lim = Limiter([per_key, glob], MemoryStore(), clock=clock, failure="raise")
+    calls = store.stats.calls - store.stats.noscript_reloads
+    for i, (key, cost) in enumerate(COMPOSITE_TRACE):
+        clock.set(100.0 + i * 0.07)
+        assert redis_lim.hit(key, cost) == memory_lim.hit(key, cost), (i, key, cost)
+    if not target.is_cluster:  # (a cluster's cross-slot composite is a reserve and a refund)
+        stats = store.stats
+        assert stats.calls - stats.noscript_reloads - calls == len(COMPOSITE_TRACE)
+    assert store.state(per_key, "b}c%") is not None
+
+
+def test_composite_hit_checks_keys_and_costs_like_the_general_path(
+        standalone: StoreTarget) -> None:
+    """What the bound composite path does not take goes the general way: bad keys and costs
+    get the core's errors, a fractional cost is decided."""
+    store = standalone.store(client_clock=True, prefix=fresh_prefix())
+    limiter = Limiter([Limit("gcra", "10/s", burst=10), Limit("fixed-window", "99/s",
+                                                              name="w", scope="global")],
+                      store, clock=ManualClock(5.0), failure="raise")
+    with pytest.raises(InvalidKey):
+        limiter.hit("")
+    with pytest.raises(InvalidCost):
+        limiter.hit("k", 0)
+    with pytest.raises(InvalidCost):
+        limiter.hit("k", "1")  # type: ignore[arg-type]
+    assert limiter.hit("k", 1.5).remaining == 8
+    with pytest.raises(InvalidCost):
+        limiter.hit("k", True)  # a bool is no cost, though an int
+
+
+def test_composite_hit_on_a_dead_server_follows_the_failure_policy(
+        server_factory: Callable[..., Any]) -> None:
+    server = server_factory("redis")
+    store = RedisStore.from_url(server.url, timeout=0.5, breaker_failures=0)
+    try:
+        limits = [Limit("gcra", "10/s", burst=10), Limit("fixed-window", "99/s", name="w",
+                                                          scope="global")]
+        closed = Limiter(limits, store, failure="closed")
+        assert closed.hit("k").allowed
+        server.stop()
+        d = closed.hit("k")
+        assert not d.allowed and d.degraded
+        assert Limiter(limits, store, failure="open").hit("k").degraded
+        assert closed.store_errors == 1
+    finally:
+        store.close()
 
 
 def test_cross_slot_composite_rolls_back_every_algorithm(target: StoreTarget) -> None:

@@ -22,7 +22,7 @@ import redis.cluster
 import redis.exceptions as rex
 
 from ..._errors import ConfigError, StoreUnavailable
-from ..._types import Decision, Limit
+from ..._types import GLOBAL_KEY, Decision, Limit
 from .._base import Check
 from .._lua import CHECK, ONE
 from ._client import (
@@ -228,6 +228,62 @@ class RedisStore(_RedisCore):
 
     def decide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision:
         return self._run(self._decide_one_plan(limit, key, cost, now))
+
+    def bind_all(self, limits: Sequence[Limit]) -> Callable[[str, float, float], list[Decision]]:
+        """`decide` of `limits` for one request, all-or-nothing and charged, as
+        ``(key, cost, now) -> decisions`` (a ``scope="global"`` limit decides on
+        `GLOBAL_KEY`): a composite limiter's hot path. On one server without a deny cache
+        it is `decide`'s single check.lua call with every key's text and every argument
+        but the key and the cost built once; otherwise `decide` itself."""
+        lims = tuple(limits)
+        prefix = self.prefix
+        # per limit: the state key's text before and after the key (global: the whole key)
+        parts = [(prefix + "{", "}" + self._encoded(lim)[3]) if lim.scope == "key"
+                 else (self.state_key(lim, GLOBAL_KEY), None) for lim in lims]
+        shape = [(lim, "", 1.0) for lim in lims]  # what _parse_check reads of the checks
+        n = len(lims)
+        per_limit = [self._limit_args(lim) for lim in lims]
+
+        def limit_args(cost_text: str) -> list[str]:
+            out: list[str] = []
+            for algo_id, p1, p2, p3 in per_limit:
+                out += (algo_id, cost_text, p1, p2, p3)
+            return out
+
+        unit = limit_args("1")
+        client_clock, grace = self.uses_client_clock, self._grace_ms
+        sha, text, stats, breaker = CHECK.sha, CHECK.text, self.stats, self._breaker
+        decide, parse, failed = self.decide, self._parse_check, self._failed
+        noscript = rex.NoScriptError
+
+        def decide_all(key: str, cost: float, now: float) -> list[Decision]:
+            client = self._client
+            if not self._single_call or client is None:
+                return decide([(lim, key if lim.scope == "key" else GLOBAL_KEY, float(cost))
+                               for lim in lims], now, True)[0]
+            if "%" in key or "}" in key:
+                key = _encode_key(key)
+            keys = [head + key + tail if tail is not None else head for head, tail in parts]
+            args = [_fmt(now), "1", self._min_ms, grace] if client_clock \
+                else ["", "1", self._min_ms, "0"]
+            args += unit if cost == 1 else limit_args(repr(float(cost)))
+            if not breaker.clean:
+                self._short_circuit(breaker)
+            try:
+                stats.calls += 1
+                try:
+                    reply = client.execute_command("EVALSHA", sha, n, *keys, *args)
+                except noscript:
+                    stats.noscript_reloads += 1
+                    stats.calls += 1
+                    reply = client.eval(text, n, *keys, *args)
+            except Exception as e:
+                raise failed(breaker, e) from e
+            if not breaker.clean:
+                breaker.success()
+            return parse(reply, shape)[0]
+
+        return decide_all
 
     def decide(self, checks: Sequence[Check], now: float,
                consume: bool = True) -> tuple[list[Decision], float]:
