@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 
 import httpx
 import pytest
@@ -115,6 +116,12 @@ def test_generic_key_action_makes_the_first_entry_of_the_descriptor(
 
 # ---------------------------------------------------------------- X-RateLimit-* (draft 03)
 
+def go_resets(unit: int, before: int, after: int) -> set[int]:
+    """The resets envoyproxy/ratelimit could answer between the Unix seconds `before` and
+    `after`: ``unit - now % unit`` (src/utils/utilities.go, CalculateReset)."""
+    return {unit - now % unit for now in range(before, after + 1)}
+
+
 #: (x-unit, the limit, the window in seconds) of policies.toml's /xrl rules.
 UNITS = [("second", 10, 1), ("minute", 60, 60), ("hour", 100, 3600), ("day", 1000, 86400)]
 
@@ -126,11 +133,51 @@ def test_x_ratelimit_headers_give_the_configured_limit_window_and_reset(
     # name: the config names none), Remaining, Reset = duration_until_reset in whole
     # seconds. The Go service's reset is `unit - now % unit` (src/limiter/base_limiter.go),
     # so 1..window, never 0 while the window is open.
+    # Windows end where the Go service's do (on the Unix epoch's multiples of the unit):
+    # the clock is read on both sides of the request.
+    before = int(time.time())
     r = get(envoy, "/xrl", "xrl", **{"x-unit": unit, "x-user": uid})
+    after = int(time.time())
     assert r.status_code == 200
     assert r.headers["x-ratelimit-limit"] == f"{limit}, {limit};w={window}"
     assert r.headers["x-ratelimit-remaining"] == str(limit - 1)
-    assert 1 <= int(r.headers["x-ratelimit-reset"]) <= window
+    assert int(r.headers["x-ratelimit-reset"]) in go_resets(window, before, after)
+
+
+#: (x-unit, the limit, the unit in seconds) of the long units: WEEK, MONTH (30 days) and
+#: YEAR (365 days), as envoyproxy/ratelimit's UnitToDivider (src/utils/utilities.go).
+LONG_UNITS = [("week", 1, 7 * 86400), ("month", 5, 30 * 86400), ("year", 100, 365 * 86400)]
+
+
+@pytest.mark.parametrize(("unit", "limit", "window"), LONG_UNITS)
+def test_week_month_and_year_limits_keep_their_unit_and_reset_as_envoy_ratelimit(
+        envoy: EnvoyProcess, uid: str, unit: str, limit: int, window: int) -> None:
+    # `1/week` is 1 per WEEK through Envoy (not 52 per YEAR, nor 0.0000016 per SECOND), and
+    # the reset is the Go service's `unit - now % unit` on whole Unix seconds
+    # (src/utils/utilities.go, CalculateReset): read the clock on both sides of the request.
+    before = int(time.time())
+    r = get(envoy, "/xrl", "xrl", **{"x-unit": unit, "x-user": uid})
+    after = int(time.time())
+    assert r.status_code == 200
+    # Envoy writes `;w=<seconds>` for the units it knows (its convertRateLimitUnit).
+    assert r.headers["x-ratelimit-limit"] == f"{limit}, {limit};w={window}"
+    assert r.headers["x-ratelimit-remaining"] == str(limit - 1)
+    assert int(r.headers["x-ratelimit-reset"]) in go_resets(window, before, after)
+    # The service's own field says the same window.
+    assert r.headers["ratelimit-policy"] == f'"envoy.unit={unit}.user";q={limit};w={window}'
+
+
+def test_a_week_limit_rejects_the_second_request_until_the_weeks_end(
+        envoy: EnvoyProcess, uid: str) -> None:
+    ok = get(envoy, "/xrl", "xrl", **{"x-unit": "week", "x-user": uid})
+    before = int(time.time())
+    over = get(envoy, "/xrl", "xrl", **{"x-unit": "week", "x-user": uid})
+    after = int(time.time())
+    assert (ok.status_code, over.status_code) == (200, 429)
+    assert over.headers["x-ratelimit-remaining"] == "0"
+    resets = go_resets(7 * 86400, before, after)
+    assert int(over.headers["x-ratelimit-reset"]) in resets
+    assert int(over.headers["retry-after"]) in resets
 
 
 def test_x_ratelimit_limit_names_a_limit_the_config_names(envoy: EnvoyProcess, uid: str) -> None:

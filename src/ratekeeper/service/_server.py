@@ -23,6 +23,7 @@ import math
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,8 +236,12 @@ async def serve(options: ServeOptions, *,
     holder = PolicyHolder(options.config, stats=stats)
     store, store_name = open_store(options.store, prefix=options.key_prefix,
                                    max_keys=options.max_keys, timeout=options.store_timeout)
+    # The memory store's windows on Unix time (its own default is the monotonic clock), so
+    # that a 1/minute window ends on the minute, as envoyproxy/ratelimit's `unit - now % unit`
+    # and the Redis store (on the server's clock) have it: the same resets whatever the store.
+    clock = time.time if isinstance(store, MemoryStore) else None
     service = Service(holder, store, stats=stats, max_body=options.max_body,
-                      store_name=store_name)
+                      store_name=store_name, clock=clock)
     await _check_store(service, options.require_store)
     credentials = None
     if options.grpc_tls_cert is not None or options.grpc_tls_key is not None:
