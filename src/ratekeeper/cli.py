@@ -275,11 +275,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="replay a trace of requests through a policy")
     _add_simulate(p)
     p.set_defaults(run=simulate)
+    _add_replay_commands(sub)
     for name, help_, (add, run) in _subcommands():
         sp = sub.add_parser(name, help=help_, description=help_)
         add(sp)
         sp.set_defaults(run=run)
     return parser
+
+
+def _add_replay_commands(sub: Any) -> None:
+    """``replay`` (candidate policies side by side over a log) and ``recommend`` (rate and
+    burst from a log), in `ratekeeper.replay._cli`."""
+    from .replay import _cli as replay_cli  # noqa: PLC0415
+
+    for name, help_, add, run in (
+            ("replay", "replay an access log through candidate policies, side by side",
+             replay_cli.add_replay, replay_cli.run_replay),
+            ("recommend", "recommend rate and burst per limit from an access log",
+             replay_cli.add_recommend, replay_cli.run_recommend)):
+        sp = sub.add_parser(name, help=help_, description=help_)
+        add(sp)
+        sp.set_defaults(run=run)
 
 
 def _subcommands() -> list[tuple[str, str, tuple[_Add, _Run]]]:

@@ -15,13 +15,29 @@ Layout (no module here does I/O but `_logs`):
   `COMMON`), `JsonFormat` (JSON Lines, configurable field names), `TraceFormat` (the
   ``ratekeeper simulate`` traces);
 - `_order`: `reorder`, time order within a window with a bounded heap;
-- `_logs`: sources (paths, gzip by magic bytes, stdin, streams) and `read_log`/`LogReader`.
+- `_logs`: sources (paths, gzip by magic bytes, stdin, streams) and `read_log`/`LogReader`;
+- `_replay`: `replay`, each event decided through a policies file as the middleware would;
+- `_compare`: `compare`, candidate policies side by side in one pass (a `Comparison`,
+  ``to_json()``);
+- `_recommend`: `recommend`, rate and burst per limit for a target share of clients;
+- `_cli`: ``ratekeeper replay`` and ``ratekeeper recommend`` (the only other I/O).
 
 This package imports only the standard library and ratekeeper's values.
 """
 
 from __future__ import annotations
 
+from ._compare import (
+    Candidate,
+    Comparison,
+    DelaySketch,
+    PolicyResult,
+    Series,
+    SpaceSaving,
+    TopKey,
+    compare,
+    with_overrides,
+)
 from ._events import LogEvent, Malformed, ReadStats
 from ._formats import (
     COMBINED,
@@ -37,6 +53,7 @@ from ._formats import (
 )
 from ._logs import FORMATS, MAX_LINE, LogReader, Source, open_format, read_log
 from ._order import LATE_POLICIES, reorder
+from ._recommend import CurvePoint, LimitRecommendation, Recommendation, recommend
 
 __all__ = [
     "COMBINED",
@@ -47,17 +64,30 @@ __all__ = [
     "NGINX_COMBINED",
     "NGINX_COMMON",
     "BadLine",
+    "Candidate",
+    "Comparison",
+    "CurvePoint",
+    "DelaySketch",
     "JsonFormat",
+    "LimitRecommendation",
     "LineFormat",
     "LogEvent",
     "LogFormat",
     "LogReader",
     "Malformed",
+    "PolicyResult",
     "ReadStats",
+    "Recommendation",
+    "Series",
     "Source",
+    "SpaceSaving",
+    "TopKey",
     "TraceFormat",
+    "compare",
     "open_format",
     "read_log",
+    "recommend",
     "reorder",
     "unescape",
+    "with_overrides",
 ]

@@ -1,0 +1,262 @@
+"""``ratekeeper replay`` and ``ratekeeper recommend``: the I/O around `compare` and
+`recommend` (files, stdin, gzip, the progress bar, the table, ``--json``).
+
+    ratekeeper replay --policies A.toml [--policies B.toml ...] [--policy LIMIT.FIELD=VALUE,...]
+                      --log FILE|- [--format F] [--gap 1] [--bucket 1] [--json OUT]
+    ratekeeper recommend --log FILE|- [--policies P] [--target 99] [--window 60]
+                         [--format F] [--json OUT]
+
+Each ``--policy`` adds a candidate: the first ``--policies`` file with those limits changed
+(``--policy per-client.burst=40,per-client.rate=10/s``). A log's malformed lines are counted
+and shown on stderr, never fatal. The progress bar goes to stderr, only when it is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from .._errors import RateKeeperError
+from ..policy import PolicyError, load_policies, parse_policies
+from ._compare import Candidate, client_resolver, compare, with_overrides
+from ._events import LogEvent, ReadStats
+from ._logs import LogReader, read_log
+from ._recommend import check_target, recommend
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+
+__all__ = ["Progress", "add_recommend", "add_replay", "run_recommend", "run_replay"]
+
+
+class Progress:
+    """A one-line progress report on `stream`, redrawn at most every `interval` seconds;
+    silent unless `stream` is a terminal (piped output stays clean)."""
+
+    def __init__(self, stream: IO[str], *, interval: float = 0.2) -> None:
+        isatty = getattr(stream, "isatty", None)
+        self.on = bool(isatty is not None and isatty())
+        self.stream, self.interval = stream, interval
+        self.start = self.last = time.monotonic()
+        self.drawn = False
+
+    def __call__(self, what: str, n: int) -> None:
+        if not self.on:
+            return
+        now = time.monotonic()
+        if now - self.last < self.interval:
+            return
+        self.last = now
+        rate = n / max(now - self.start, 1e-9)
+        self.stream.write(f"\r{what}: {n:,} events ({rate:,.0f}/s)   ")
+        self.stream.flush()
+        self.drawn = True
+
+    def restart(self) -> None:
+        self.start = self.last = time.monotonic()
+
+    def done(self) -> None:
+        if self.on and self.drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def _err(cmd: str, msg: str) -> int:
+    print(f"ratekeeper {cmd}: {msg}", file=sys.stderr)
+    return 2
+
+
+def _percent(text: str) -> float:
+    """``--target``: a percentage of keys (``99``, ``99.5``, ``99%``) -> a share."""
+    try:
+        v = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a percentage: give the share of clients to admit in full, "
+            "e.g. 99 or 99.5") from None
+    if not 0 < v <= 100:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is out of range: a percentage above 0 and at most 100, e.g. 99")
+    check_target(v / 100)
+    return v / 100
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return v
+
+
+def _reader(args: argparse.Namespace, source: Any) -> LogReader:
+    return read_log(source, args.format, window=args.window_order)
+
+
+def _add_log(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log", required=True, metavar="FILE",
+                   help="the access log (gzip'd or not), or - for stdin")
+    p.add_argument("--format", default="combined",
+                   help="combined (the default), common, jsonl, trace, or an nginx "
+                   "log_format string")
+    p.add_argument("--order-window", dest="window_order", type=float, default=2.0,
+                   metavar="S", help="seconds a line may be out of order (default 2)")
+    p.add_argument("--gap", type=_positive, default=1.0, metavar="S",
+                   help="one client's requests at most S seconds apart are one page load "
+                   "(default 1)")
+    p.add_argument("--bucket", type=_positive, default=1.0, metavar="S",
+                   help="seconds per point of the time series (default 1)")
+    p.add_argument("--json", default=None, metavar="OUT",
+                   help="also write every figure as JSON to OUT (- for stdout)")
+
+
+def add_replay(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policies", action="append", required=True, metavar="FILE",
+                   help="a policies file with an [http] part; repeat to compare several")
+    p.add_argument("--policy", action="append", default=[], metavar="LIMIT.FIELD=VALUE,...",
+                   help="one more candidate: the first --policies file with these limits "
+                   "changed, e.g. per-client.burst=40,per-client.rate=10/s")
+    _add_log(p)
+
+
+def add_recommend(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policies", default=None, metavar="FILE",
+                   help="survey this file's limits (default: one limit per client IP)")
+    p.add_argument("--target", type=_percent, default=0.99, metavar="PERCENT",
+                   help="admit every request of this percentage of clients, cap the rest "
+                   "(default 99)")
+    p.add_argument("--window", type=_positive, default=60.0, metavar="S",
+                   help="the long window of the clients' sustained rates (default 60 s)")
+    _add_log(p)
+
+
+def _load_toml(path: str) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise PolicyError([], path) from e
+    return data
+
+
+def _write_json(path: str, value: dict[str, Any]) -> None:
+    text = json.dumps(value, indent=1)
+    if path == "-":
+        print(text)
+    else:
+        Path(path).write_text(text + "\n", encoding="utf-8")
+
+
+def _report_stats(cmd: str, stats: ReadStats) -> None:
+    if stats.malformed_total or stats.late:
+        print(f"ratekeeper {cmd}: {stats.summary()}", file=sys.stderr)
+
+
+def _stats_json(stats: ReadStats) -> dict[str, Any]:
+    return {"lines": stats.lines, "events": stats.events, "malformed": stats.malformed,
+            "skipped": stats.skipped, "reordered": stats.reordered, "late": stats.late,
+            "examples": [str(e) for e in stats.examples]}
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    cands: list[Candidate] = []
+    try:
+        for path in args.policies:
+            cands.append(Candidate(_unique(path, cands), load_policies(path)))
+        for ov in args.policy:
+            overrides = [o for o in ov.split(",") if o.strip()]
+            data = with_overrides(_load_toml(args.policies[0]), overrides)
+            source = f"{args.policies[0]} [{','.join(overrides)}]"
+            cands.append(Candidate(_unique(",".join(overrides), cands),
+                                   parse_policies(data, source=source)))
+    except PolicyError as e:
+        return _err("replay", str(e) if e.issues else f"cannot read {e.source}: {e.__cause__}")
+    except ValueError as e:
+        return _err("replay", str(e))
+    try:
+        reader = _reader(args, args.log)
+    except (RateKeeperError, OSError) as e:
+        return _err("replay", f"--log: {e}")
+    progress = Progress(sys.stderr)
+    with reader:
+        result = compare(cands, reader, client_of=client_resolver(cands[0].policies),
+                         gap=args.gap, bucket=args.bucket,
+                         progress=lambda n: progress("replay", n))
+    progress.done()
+    if args.json != "-":
+        print(result.table())
+    if args.json is not None:
+        _write_json(args.json, {**result.to_json(), "log": _stats_json(reader.stats)})
+    _report_stats("replay", reader.stats)
+    return 0
+
+
+def _unique(name: str, cands: list[Candidate]) -> str:
+    names = {c.name for c in cands}
+    out, i = name, 2
+    while out in names:
+        out, i = f"{name} #{i}", i + 1
+    return out
+
+
+@contextmanager
+def _rereadable(source: str) -> Iterator[str]:
+    """`source` as a path that can be read more than once (stdin is spooled to a file)."""
+    if source != "-":
+        yield source
+        return
+    with tempfile.NamedTemporaryFile(prefix="rk-recommend-", suffix=".log") as f:
+        shutil.copyfileobj(sys.stdin.buffer, f)
+        f.flush()
+        yield f.name
+
+
+def run_recommend(args: argparse.Namespace) -> int:
+    data = None
+    if args.policies is not None:
+        try:
+            load_policies(args.policies)  # the located errors of a bad file
+            data = _load_toml(args.policies)
+        except PolicyError as e:
+            return _err("recommend", str(e) if e.issues
+                        else f"cannot read {e.source}: {e.__cause__}")
+        if "http" not in data:
+            return _err("recommend", f"{args.policies} has no [http] part: nothing says how a "
+                        "request becomes descriptors (docs/policies.md)")
+    if args.log != "-":
+        try:
+            _reader(args, args.log).close()  # a bad format or a missing file, before spooling
+        except (RateKeeperError, OSError) as e:
+            return _err("recommend", f"--log: {e}")
+    progress = Progress(sys.stderr)
+    last: list[LogReader] = []
+    with _rereadable(args.log) as path:
+
+        def events() -> Iterator[LogEvent]:
+            progress.restart()
+            with _reader(args, path) as reader:
+                last[:] = [reader]
+                yield from reader
+
+        rec = recommend(events, data, target=args.target, window=args.window, gap=args.gap,
+                        bucket=args.bucket, source=args.policies or "<per-client>",
+                        progress=progress)
+    progress.done()
+    if args.json != "-":
+        print(rec.text())
+    if args.json is not None:
+        _write_json(args.json, {**rec.to_json(), "log": _stats_json(last[0].stats)})
+    if last:
+        _report_stats("recommend", last[0].stats)
+    return 0

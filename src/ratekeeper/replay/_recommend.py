@@ -1,0 +1,411 @@
+"""Recommend a rate and a burst per limit from real traffic, for a stated target.
+
+    from ratekeeper.replay import recommend, read_log
+    rec = recommend(lambda: read_log("access.log", "combined"), target=0.99)
+    rec.limits[0].rate, rec.limits[0].burst     # e.g. 5.0 (per second), 10
+    rec.to_json()                               # + the trade-off curve and the replay
+
+The target: *admit every request of `target` of the keys* (clients, or whatever counter a
+limit keeps: ``client_ip=...``, ``user=...``), and cap the rest. A limit is surveyed per
+counter, exactly as the limiter keeps its counters: with a policies file, every limit of the
+rules its ``[http]`` part reaches (a request's descriptor -> the matched rule -> each of its
+limits, the counter key by the limit's ``by``, the cost the rule charges); with none, one
+per-client limit (the client IP as the middleware resolves it, IPv6 grouped by /64).
+
+Theory of operation, three passes over the log (the caller reopens it: `events()`):
+
+1. **Rate**: each key's peak long-window rate, the most it sent in one `window`-second
+   window (aligned tumbling windows; the log's span when shorter) divided by the window.
+   The rate is the `target` quantile (nearest rank) of those, rounded up to two
+   significant digits.
+2. **Burst**: at that rate ``r``, a token bucket (or GCRA: the same decisions) of capacity
+   ``b`` admits every request of a key iff ``b >= B(key)``, where ``B`` is the largest
+   backlog of the key's unconstrained virtual schedule: ``tat = max(tat, t) + cost / r``
+   after each request, ``B = max (tat - t) * r``. Exact and one float per key: as long as
+   every request is admitted, the real bucket's state *is* that schedule, so the first
+   request whose backlog exceeds ``b`` is the first one rejected. The burst is the
+   `target` quantile of ``B`` (rounded up to a whole request); the trade-off curve gives,
+   for bursts at quantiles of ``B``, how many keys would see a rejection, at ``r`` and at
+   the `curve_rates` multiples of it.
+3. **What it would have done**: the policies with each limit set to its recommendation,
+   replayed with `compare` (beside the policies as they are, when given).
+
+Memory: a few floats per key per limit, never per event. No I/O here.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..policy._keys import counter_key
+from ..policy._loader import parse_policies
+from ..policy._model import Policies
+from ._compare import Candidate, Comparison, client_resolver, compare
+from ._events import LogEvent
+from ._replay import request_of
+
+__all__ = [
+    "CurvePoint",
+    "LimitRecommendation",
+    "Recommendation",
+    "Survey",
+    "nice_ceil",
+    "per_client_policies",
+    "recommend",
+    "required_burst",
+]
+
+#: The limit `recommend` proposes when given no policies file: one per client IP.
+PER_CLIENT = "per-client"
+_DOMAIN = "recommend"
+
+
+def per_client_policies(rate: str = "1/s", burst: float = 1) -> dict[str, Any]:
+    """A policies mapping (as parsed TOML) of one per-client-IP token bucket."""
+    return {"http": {"domain": _DOMAIN, "descriptors": [["client_ip"]]},
+            "domains": {_DOMAIN: {"descriptors": [{"key": "client_ip", "limits": [
+                {"name": PER_CLIENT, "algorithm": "token-bucket", "rate": rate,
+                 "burst": burst}]}]}}}
+
+
+def nice_ceil(x: float) -> float:
+    """`x` rounded up to two significant digits (4.03 -> 4.1, 5 -> 5, 123 -> 130)."""
+    if x <= 0:
+        return 0.0
+    step = 10.0 ** (math.floor(math.log10(x)) - 1)
+    return round(math.ceil(x / step - 1e-9) * step, 12)
+
+
+def required_burst(times: Iterable[float], rate: float, cost: float = 1.0) -> float:
+    """The smallest capacity of a token bucket refilled at `rate` per second that admits
+    every request at `times` (in order), each of `cost`: the virtual schedule's largest
+    backlog (see the module docstring). A reference for one key; `Survey` does the same
+    for every key at once."""
+    tat = -math.inf
+    need = 0.0
+    for t in times:
+        tat = max(tat, t) + cost / rate
+        need = max(need, (tat - t) * rate)
+    return need
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    """Nearest rank: the ``ceil(q * n)``-th smallest of `xs` (sorted)."""
+    return xs[max(1, math.ceil(q * len(xs) - 1e-9)) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePoint:
+    """At `rate` per second and capacity `burst`, `keys_affected` of the keys (a `share`)
+    would have seen at least one rejection."""
+
+    rate: float
+    burst: int
+    keys_affected: int
+    share: float
+
+
+@dataclass(frozen=True, slots=True)
+class LimitRecommendation:
+    """The proposal for one limit: `rate` per second and `burst` (capacity, requests) as
+    `algorithm`; `keys` surveyed; `keys_affected` (``B > burst``) are capped; `heaviest`
+    lists the most demanding keys with their ``B`` at `rate`. `rates` and `bursts` summarise
+    the distributions (p50, p90, p99, max) the choice was made from."""
+
+    limit: str
+    name: str
+    algorithm: str
+    rate: float
+    burst: int
+    keys: int
+    keys_affected: int
+    rates: dict[str, float]
+    bursts: dict[str, float]
+    heaviest: tuple[tuple[str, float], ...]
+    curve: tuple[CurvePoint, ...]
+
+    @property
+    def rate_text(self) -> str:
+        return f"{self.rate:g}/s"
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["rate_text"] = self.rate_text
+        out["heaviest"] = [{"key": k, "burst": b} for k, b in self.heaviest]
+        out["share_affected"] = self.keys_affected / self.keys if self.keys else 0.0
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """Every limit's proposal, and what it would have done (`comparison`: the policies as
+    given, if any, then ``recommended``)."""
+
+    target: float
+    window: float
+    limits: tuple[LimitRecommendation, ...]
+    comparison: Comparison | None
+    overrides: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "window": self.window,
+                "overrides": list(self.overrides),
+                "limits": [r.to_json() for r in self.limits],
+                "comparison": None if self.comparison is None else self.comparison.to_json()}
+
+    def text(self) -> str:
+        lines = [f"target: every request of {self.target:.1%} of the keys admitted "
+                 f"(rates over {self.window:g} s windows)"]
+        for r in self.limits:
+            lines.append(f"{r.name}: {r.algorithm} rate = \"{r.rate_text}\", burst = "
+                         f"{r.burst}  ({r.keys_affected} of {r.keys} keys capped)")
+            if r.heaviest:
+                lines.append("  heaviest: " + ", ".join(
+                    f"{k} (burst {b:.0f})" for k, b in r.heaviest[:5]))
+            lines.append("  burst -> keys affected: " + ", ".join(
+                f"{p.burst}: {p.share:.1%}" for p in r.curve if p.rate == r.rate))
+        if self.comparison is not None:
+            lines.append("")
+            lines.append(self.comparison.table())
+        return "\n".join(lines)
+
+
+class _Unit:
+    """One limit under survey: its keys' window counts, then their virtual schedules."""
+
+    __slots__ = ("algorithm", "by", "keys", "limit", "name", "rates", "sched")
+
+    def __init__(self, limit: str, name: str, algorithm: str) -> None:
+        self.limit, self.name, self.algorithm = limit, name, algorithm
+        # key -> [window index, count in it, peak count]
+        self.keys: dict[str, list[float]] = {}
+        self.rates: tuple[float, ...] = ()
+        # key -> [tat, need] per rate
+        self.sched: dict[str, list[float]] = {}
+
+
+class Survey:
+    """The per-limit, per-key figures of `recommend`'s first two passes.
+
+    `policies` decides how a request maps to limits and counters; `window` is the rate
+    window in seconds. Feed pass 1 with `add_rates(ev)` for every event, call
+    `choose_rates`, feed pass 2 with `add_bursts(ev)`, then `recommendations`.
+    """
+
+    def __init__(self, policies: Policies, *, target: float = 0.99, window: float = 60.0,
+                 curve_rates: Sequence[float] = (0.5, 2.0)) -> None:
+        if policies.http is None:
+            raise ValueError(f"{policies.source} has no [http] part: nothing says how a "
+                             "request becomes descriptors (docs/policies.md)")
+        check_target(target)
+        if not window > 0:
+            raise ValueError(f"window must be positive seconds, got {window!r}")
+        self.policies = policies
+        self.target = target
+        self.window = window
+        self.curve_rates = tuple(curve_rates)
+        self.units: dict[str, _Unit] = {}
+        self.first_t: float | None = None
+        self.last_t: float | None = None
+
+    def _charges(self, ev: LogEvent) -> dict[tuple[str, str], float]:
+        """(limit name, counter key) -> cost, for one request, as the engine charges it."""
+        rules = self.policies.http
+        assert rules is not None
+        check = rules.map(request_of(ev), ev.t)
+        out: dict[tuple[str, str], float] = {}
+        if check is None:
+            return out
+        dom = self.policies.domains.get(check.domain)
+        for d in check.descriptors:
+            rule = d.rule if d.rule is not None else (
+                dom.match(d.entries) if dom is not None else None)
+            if rule is None or rule.unlimited or rule.shadow_mode:
+                continue
+            cost = check.cost * rule.cost * (1.0 if d.hits is None else d.hits)
+            for pl in rule.limits:
+                lim = pl.limit
+                if lim.name not in self.units:
+                    self.units[lim.name] = _Unit(lim.name, lim.name.partition(".")[2]
+                                                 or lim.name, lim.algorithm)
+                k = (lim.name, counter_key(d.entries, pl.by))
+                out[k] = out.get(k, 0.0) + cost
+        return out
+
+    def add_rates(self, ev: LogEvent) -> None:
+        """Pass 1: count `ev` in its keys' current windows."""
+        if self.first_t is None:
+            self.first_t = ev.t
+        self.last_t = ev.t
+        w = math.floor(ev.t / self.window)
+        units = self.units
+        for (lim, key), cost in self._charges(ev).items():
+            st = units[lim].keys.get(key)
+            if st is None:
+                units[lim].keys[key] = [w, cost, cost]
+            elif st[0] == w:
+                st[1] += cost
+                if st[1] > st[2]:
+                    st[2] = st[1]
+            else:
+                st[0], st[1] = w, cost
+                if cost > st[2]:
+                    st[2] = cost
+
+    def key_rates(self, unit: _Unit) -> list[float]:
+        """Each key's peak rate per second, sorted."""
+        span = (self.last_t or 0.0) - (self.first_t or 0.0)
+        w = max(min(self.window, span), 1.0)
+        return sorted(st[2] / w for st in unit.keys.values())
+
+    def choose_rates(self) -> None:
+        """Between the passes: each limit's rate, and the rates its curve is drawn at."""
+        for u in self.units.values():
+            rates = self.key_rates(u)
+            r = nice_ceil(_quantile(rates, self.target)) if rates else 1.0
+            u.rates = (r, *(nice_ceil(r * m) for m in self.curve_rates))
+
+    def add_bursts(self, ev: LogEvent) -> None:
+        """Pass 2: advance `ev`'s keys' virtual schedules at every rate of their limit."""
+        # On the log's own clock from its start: at Unix-epoch magnitudes a float's ulp
+        # (~2e-7 s) would add up over a schedule and round an exact burst up by one.
+        t = ev.t - (self.first_t or 0.0)
+        units = self.units
+        for (lim, key), cost in self._charges(ev).items():
+            u = units[lim]
+            st = u.sched.get(key)
+            if st is None:
+                st = u.sched[key] = [-math.inf, 0.0] * len(u.rates)
+            for i, r in enumerate(u.rates):
+                tat = st[2 * i]
+                tat = (tat if tat > t else t) + cost / r
+                st[2 * i] = tat
+                need = (tat - t) * r
+                if need > st[2 * i + 1]:
+                    st[2 * i + 1] = need
+
+    def recommendations(self, heaviest: int = 10, points: int = 40
+                        ) -> list[LimitRecommendation]:
+        out = []
+        for u in self.units.values():
+            if not u.sched:
+                continue
+            n = len(u.sched)
+            curve: list[CurvePoint] = []
+            chosen = 0
+            for i, r in enumerate(u.rates):
+                needs = sorted(st[2 * i + 1] for st in u.sched.values())
+                b_target = _burst_of(_quantile(needs, self.target))
+                if i == 0:
+                    chosen = b_target
+                curve.extend(_curve(r, needs, points, b_target))
+            r = u.rates[0]
+            needs0 = sorted(((st[1], k) for k, st in u.sched.items()), reverse=True)
+            affected = sum(1 for b, _ in needs0 if b > chosen + 1e-9)
+            rates = self.key_rates(u)
+            b_sorted = [b for b, _ in reversed(needs0)]
+            out.append(LimitRecommendation(
+                limit=u.limit, name=u.name,
+                algorithm="gcra" if u.algorithm == "gcra" else "token-bucket",
+                rate=r, burst=chosen, keys=n, keys_affected=affected,
+                rates=_summary(rates), bursts=_summary(b_sorted),
+                heaviest=tuple((k, b) for b, k in needs0[:heaviest]),
+                curve=tuple(sorted(set(curve), key=lambda p: (p.rate, p.burst)))))
+        return out
+
+
+def _burst_of(need: float) -> int:
+    """A whole capacity of at least one request that admits a backlog of `need`."""
+    return max(1, math.ceil(need - 1e-6))
+
+
+def _curve(rate: float, needs: Sequence[float], points: int, chosen: int
+           ) -> list[CurvePoint]:
+    """Bursts at `points` quantiles of `needs` (and `chosen`) -> keys affected at each."""
+    import bisect  # noqa: PLC0415
+
+    n = len(needs)
+    bursts = {_burst_of(_quantile(needs, (j + 1) / points)) for j in range(points)}
+    bursts.add(chosen)
+    bursts.add(1)
+    out = []
+    for b in sorted(bursts):
+        ok = bisect.bisect_right(needs, b + 1e-9)
+        out.append(CurvePoint(rate, b, n - ok, (n - ok) / n))
+    return out
+
+
+def _summary(xs: Sequence[float]) -> dict[str, float]:
+    if not xs:
+        return {}
+    return {"p50": _quantile(xs, 0.5), "p90": _quantile(xs, 0.9),
+            "p99": _quantile(xs, 0.99), "max": xs[-1]}
+
+
+def check_target(target: float) -> None:
+    if isinstance(target, bool) or not isinstance(target, (int, float)) \
+            or not 0 < target <= 1:
+        raise ValueError(f"the target is the share of keys to admit in full, between 0 and "
+                         f"1 (0.99 for 99 %), got {target!r}")
+
+
+def recommended_data(data: Mapping[str, Any], recs: Sequence[LimitRecommendation]
+                     ) -> tuple[dict[str, Any], list[str]]:
+    """`data` (a parsed policies file) with each recommended limit set to its proposal,
+    and the overrides made, as ``LIMIT.FIELD=VALUE`` texts."""
+    from ._compare import _named_limits  # noqa: PLC0415
+
+    out = copy.deepcopy(dict(data))
+    tables = _named_limits(out)
+    done: list[str] = []
+    for r in recs:
+        for t in tables.get(r.name, ()):
+            for k in ("nodelay", "delay"):
+                t.pop(k, None)
+            t.update(algorithm=r.algorithm, rate=r.rate_text, burst=r.burst)
+        done.append(f"{r.name}.algorithm={r.algorithm}")
+        done.append(f"{r.name}.rate={r.rate_text}")
+        done.append(f"{r.name}.burst={r.burst}")
+    return out, done
+
+
+def recommend(events: Callable[[], Iterable[LogEvent]], data: Mapping[str, Any] | None = None,
+              *, target: float = 0.99, window: float = 60.0, gap: float = 1.0,
+              bucket: float = 1.0, curve_rates: Sequence[float] = (0.5, 2.0),
+              source: str = "<policies>", replay: bool = True,
+              progress: Callable[[str, int], None] | None = None) -> Recommendation:
+    """Survey the traffic `events()` yields (called once per pass: three times, or two
+    without `replay`) -> a `Recommendation` for `target` (see the module docstring).
+
+    `data`: a parsed policies file (its limits are surveyed and set), or None for one
+    per-client-IP limit. `window`: seconds of the long-window rate. `gap`, `bucket`: as
+    `compare`. `progress(pass name, events)` is called every 65,536 events.
+    """
+    check_target(target)
+    given = data is not None
+    base = dict(data) if data is not None else per_client_policies()
+    policies = parse_policies(base, source=source if given else "<per-client>")
+    survey = Survey(policies, target=target, window=window, curve_rates=curve_rates)
+    for name, step in (("rates", survey.add_rates), ("bursts", survey.add_bursts)):
+        for n, ev in enumerate(events(), 1):
+            step(ev)
+            if progress is not None and n % 65536 == 0:
+                progress(name, n)
+        if name == "rates":
+            survey.choose_rates()
+    recs = survey.recommendations()
+    new_data, overrides = recommended_data(base, recs)
+    comparison = None
+    if replay and recs:
+        cands = [Candidate("as given", policies)] if given else []
+        cands.append(Candidate("recommended",
+                               parse_policies(new_data, source=f"{source} (recommended)")))
+        comparison = compare(cands, events(), client_of=client_resolver(policies), gap=gap,
+                             bucket=bucket,
+                             progress=None if progress is None else
+                             (lambda n: progress("replay", n)))
+    return Recommendation(target, window, tuple(recs), comparison, tuple(overrides))
