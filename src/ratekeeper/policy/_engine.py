@@ -359,10 +359,14 @@ class Engine:
             counter_keys: dict[tuple[str, ...] | None, str] = {}
             for pl in rule.limits:
                 lim = pl.limit
-                try:
-                    c = lim.check_cost(cost)
-                except InvalidCost as e:
-                    raise InvalidRequest(f"descriptor {i}: {e} (limit {lim.name!r})") from None
+                if cost == 1.0:  # every limit takes one whole request
+                    c = 1.0
+                else:
+                    try:
+                        c = lim.check_cost(cost)
+                    except InvalidCost as e:
+                        raise InvalidRequest(f"descriptor {i}: {e} (limit {lim.name!r})"
+                                             ) from None
                 ck = counter_keys.get(pl.by)
                 if ck is None:
                     ck = counter_keys[pl.by] = counter_key(d.entries, pl.by)
@@ -440,8 +444,9 @@ class Engine:
                 stats.decision(domain, rule.name, "", "rejected")
                 continue
             source = look_results if plan_look else shadow_results if plan_shadow else results
-            merged = merge_decisions([source[k] for k in plan_keys])
-            limits = tuple(p.limit for p in rule.limits)
+            merged = source[plan_keys[0]] if len(plan_keys) == 1 else \
+                merge_decisions([source[k] for k in plan_keys])
+            limits = rule.limit_objs
             outcome: Outcome
             if plan_shadow:
                 outcome = "allowed" if merged.allowed else "shadow_rejected"

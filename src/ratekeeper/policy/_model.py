@@ -168,6 +168,11 @@ class Rule:
     #: This rule's store failure policy (None: the ``[service]`` one): a login limit fails
     #: closed while the rest fail open.
     failure: FailurePolicy | None = None
+    #: The `Limit` of each of `limits` (for the engine, which reads them on every check).
+    limit_objs: tuple[Limit, ...] = field(init=False, repr=False, default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "limit_objs", tuple(p.limit for p in self.limits))
 
     def __repr__(self) -> str:
         what = "unlimited" if self.unlimited else ", ".join(p.limit.name for p in self.limits)
