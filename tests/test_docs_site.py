@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -96,6 +97,24 @@ def test_strict_build_fails_on_each_kind_of_defect(tmp_path: Path) -> None:
     assert re.search(r"WARNING.*no-such-heading", out), out
     assert re.search(r"WARNING.*no_such_example\.py", out), out
     assert re.search(r"WARNING.*not included in the \"nav\".*\n\s*- orphan\.md", out), out
+
+
+def _tutorial_commands() -> list[str]:
+    text = (ROOT / "docs/replay.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```sh\n(.*?)^```", text, re.M | re.S)
+    return [c.strip() for b in blocks for c in b.replace("\\\n", " ").splitlines() if c.strip()]
+
+
+@pytest.mark.parametrize("command", _tutorial_commands())
+def test_replay_tutorial_commands_run_as_written(command: str) -> None:
+    """The tutorial's commands, taken from its text, on the files it names."""
+    argv = shlex.split(command)
+    assert argv[0] == "ratekeeper", command
+    cli = [sys.executable, "-c", "import sys; from ratekeeper.cli import main; sys.exit(main())"]
+    r = subprocess.run([*cli, *argv[1:]], cwd=ROOT, capture_output=True, text=True,
+                       timeout=BUILD_TIMEOUT, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "admitted" in r.stdout, r.stdout
 
 
 # ---------------------------------------------------------------- timelines
