@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tests.service._proc import dying_with_parent
+
 HOST = "127.0.0.1"
 #: Bound on any start-up (Envoy's or the upstream's): a deadline for giving up, not a
 #: measurement; Envoy is usually ready in well under a second.
@@ -275,8 +277,9 @@ class EnvoyProcess:
                 # several Envoys may run at once: no shared memory between them
                 "--disable-hot-restart", "--concurrency", "1", "--log-level", "warning"]
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+            # Killed with the test process, should that die without its teardown.
+            self.proc = subprocess.Popen(dying_with_parent(argv), stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
         def alive() -> None:
             assert self.proc is not None

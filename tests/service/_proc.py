@@ -3,7 +3,8 @@
 The service is started with ``--http-port 0 --grpc-port 0`` (the OS picks free ports) and
 ``--log-format json`` with its stderr going to a file; the ``listening`` log record says
 which ports it bound. Every wait is bounded and fails with the tail of the service's log.
-The process is stopped by pid (SIGTERM, then SIGKILL).
+The process is stopped by pid (SIGTERM, then SIGKILL), and dies with the test process if that
+is killed first (`dying_with_parent`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,32 @@ START_TIMEOUT = 20.0
 CLI = [sys.executable, "-c", "import sys; from ratekeeper.cli import main; sys.exit(main())"]
 
 T = TypeVar("T")
+
+#: Sets PR_SET_PDEATHSIG (1 in <linux/prctl.h>; kept across exec) and execs the real program:
+#: ``python -c SHIM <parent pid> <signal> argv...``. (Not a preexec_fn: that runs between fork
+#: and exec, which is unsafe in a process with threads, as the tests' upstream is.)
+_PDEATHSIG_SHIM = (
+    "import ctypes, os, sys\n"
+    "parent, sig = int(sys.argv[1]), int(sys.argv[2])\n"
+    "if ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0) != 0:\n"
+    "    sys.exit('prctl(PR_SET_PDEATHSIG) failed')\n"
+    "if os.getppid() != parent:  # the parent died before the call: no signal will come\n"
+    "    os.kill(os.getpid(), sig)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
+
+
+def dying_with_parent(argv: Sequence[str], sig: signal.Signals = signal.SIGKILL) -> list[str]:
+    """`argv`, run so that the program gets `sig` when this process dies, however it dies
+    (SIGKILL included, which runs no teardown): a killed test run leaves no server behind.
+    The pid stays the program's (the shim execs it).
+
+    Linux's PR_SET_PDEATHSIG; `argv` unchanged elsewhere. It fires when the *thread* that
+    started the child ends, so start children from a thread that lives as long as the test
+    run (pytest runs fixtures on its main thread)."""
+    if not sys.platform.startswith("linux"):
+        return list(argv)
+    return [sys.executable, "-c", _PDEATHSIG_SHIM, str(os.getpid()), str(int(sig)), *argv]
 
 class ServiceError(RuntimeError):
     pass
@@ -61,8 +88,9 @@ class ServiceProcess:
     def start(self, timeout: float = START_TIMEOUT) -> ServiceProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONWARNINGS")}
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env)
+            self.proc = subprocess.Popen(dying_with_parent(self.argv), stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env)
         if self.log_format == "text":
             line = self.wait_for_line("listening: ", timeout)
             m = re.search(r"http://127\.0\.0\.1:(\d+), grpc 127\.0\.0\.1:(\d+)", line)
