@@ -18,7 +18,7 @@ import pytest
 
 from ratekeeper.policy._loader import parse_policies_text
 from ratekeeper.service import Engine, UnknownDomain
-from ratekeeper.service._grpc import parse_request, response_for
+from ratekeeper.service._grpc import LimitHeaders, parse_request, response_for
 from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from ratekeeper.stores.memory import MemoryStore
 from ratekeeper.testing import ManualClock
@@ -421,6 +421,42 @@ def test_global_shadow_mode_answers_ok_and_keeps_each_descriptor_status() -> Non
     over, unmatched = resp.statuses
     assert over.code == OVER and over.limit_remaining == 0 and over.current_limit is not None
     assert unmatched.code == OK and unmatched.current_limit is None
+
+
+def test_global_shadow_mode_still_sends_the_rate_limit_headers() -> None:
+    # src/service/ratelimit.go, shouldRateLimitWorker: the headers are built from the
+    # descriptor statuses (the one closest to its limit; an OVER_LIMIT one over any) before
+    # global shadow mode turns the overall code to OK, so a client still sees its quota.
+    call = InProcess("shadow_mode = true")
+    for left in (2, 1, 0):
+        h = headers(one(call, ("user", "u")))
+        assert h["RateLimit-Policy"] == '"g.user";q=3;w=3600'
+        assert h["RateLimit"] == f'"g.user";r={left};t=3600'  # the clock is at 0
+    over = one(call, ("user", "u"))
+    assert over.overall_code == OK
+    # The descriptor over its limit is the one reported, with nothing left; the request
+    # passes, so there is no Retry-After.
+    assert headers(over) == {"RateLimit-Policy": '"g.user";q=3;w=3600',
+                             "RateLimit": '"g.user";r=0;t=3600'}
+    # Of two descriptors, the one closest to its limit (one left of 60/minute's would be 59).
+    both = call(RateLimitRequest(domain="g", descriptors=[descriptor(("anon", "a")),
+                                                          descriptor(("user", "v"))]))
+    assert headers(both)["RateLimit"] == '"g.user";r=2;t=3600'
+
+
+def test_global_shadow_mode_sends_envoy_ratelimits_headers_by_name_too() -> None:
+    call = InProcess("shadow_mode = true")
+
+    def limit_headers(req: RateLimitRequest) -> dict[str, str]:
+        ours = rls_pb2.RateLimitRequest.FromString(bytes(req))
+        res = asyncio.run(call.engine.check(*parse_request(ours)))
+        return {h.key: h.value for h in response_for(res, LimitHeaders()).response_headers_to_add}
+
+    for _ in range(3):
+        limit_headers(RateLimitRequest(domain="g", descriptors=[descriptor(("user", "u"))]))
+    assert limit_headers(RateLimitRequest(domain="g", descriptors=[
+        descriptor(("anon", "a")), descriptor(("user", "u"))])) == {
+        "RateLimit-Limit": "3", "RateLimit-Remaining": "0", "RateLimit-Reset": "3600"}
 
 
 def test_a_shadow_rule_says_ok_and_an_enforced_one_still_rejects() -> None:

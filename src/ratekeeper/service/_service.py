@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .._types import Limit
+from ..core import merge_decisions
 from ..http.headers import ratelimit_headers, rejection_headers
 from ..policy._engine import CheckResult, Engine
 from ..policy._holder import PolicyHolder
@@ -48,11 +50,34 @@ class Service:
 
 def result_headers(result: CheckResult) -> list[tuple[str, str]]:
     """The response fields a caller should send its client for `result` (the RateLimit
-    fields; on a rejection Retry-After too), as the middleware sends them."""
+    fields; on a rejection Retry-After too), as the middleware sends them.
+
+    In global or domain shadow mode nothing is enforced, yet the RateLimit fields describe
+    the rules it shadows, as envoyproxy/ratelimit builds its headers from the statuses before
+    shadow mode turns the answer to OK: the most restrictive one (over its limit: 0 left),
+    and no Retry-After, as the request passes. A rule in shadow mode of its own never shapes
+    the answer (it is being tried out)."""
     d = result.decision
     if d is None:
-        return []
+        return _shadow_headers(result)
     if d.allowed:
         return ratelimit_headers(d, legacy=result.legacy_headers, policies=result.policies)
     return rejection_headers(d, legacy=result.legacy_headers, policies=result.policies,
                              content_type=False)
+
+
+def _shadow_headers(result: CheckResult) -> list[tuple[str, str]]:
+    # Shadowed by the setting, not by their own rule's shadow_mode.
+    statuses = [s for s in result.statuses
+                if s.decision is not None and s.decision.limit is not None
+                and s.rule is not None and not s.rule.shadow_mode]
+    if not statuses:
+        return []
+    d = merge_decisions([s.decision for s in statuses if s.decision is not None])
+    if not d.allowed:  # as the status says: over the limit is 0 left (and passes, no wait)
+        d = d._replace(allowed=True, remaining=0)
+    consulted: dict[str, Limit] = {}
+    for s in statuses:
+        for lim in s.limits:
+            consulted.setdefault(lim.name, lim)
+    return ratelimit_headers(d, legacy=result.legacy_headers, policies=consulted.values())
