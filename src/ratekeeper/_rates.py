@@ -122,6 +122,10 @@ def parse_rate(text: str | Rate) -> Rate:
         )
     m = _RATE_RE.match(text)
     if m is None:
+        if ";" in text or "," in text:
+            parts = [p.strip() for p in re.split("[;,]", text) if p.strip()]
+            raise InvalidRate(f"cannot parse rate {text!r}: one rate per limit; several "
+                              f"limits are a list, e.g. {parts!r}")
         raise InvalidRate(f"cannot parse rate {text!r}; valid forms: {_VALID_FORMS}")
     unit = m.group("unit").lower()
     if unit not in _UNITS:

@@ -18,6 +18,7 @@ from django.urls import path
 from ratekeeper import Limit
 from ratekeeper.http import HTTPPolicy
 from ratekeeper.http.django import exempt, ratelimit
+from ratekeeper.stores import MemoryStore
 from ratekeeper.testing import ManualClock
 from tests.http.test_decorators_fastapi import POLICIES
 
@@ -53,6 +54,9 @@ keyed = ratelimit(group="keyed", key="header:x-api-key", rate="2/m", mode="repla
 per_user = ratelimit(group="per-user", key="user", rate="1/m", mode="replace")(ok)
 posts = ratelimit(group="posts", rate="1/m", method="POST", mode="replace")(ok)
 soft = ratelimit(group="soft", rate="1/m", block=False, mode="replace")(ok)
+# django-ratelimit's login idiom: per username AND per address, stacked with two keys.
+login = ratelimit(group="login", key="post:username", rate="2/m", mode="replace")(
+    ratelimit(group="login", key="ip", rate="3/m", mode="replace")(ok))
 
 
 @exempt
@@ -64,6 +68,7 @@ urlpatterns = [
     path("search", search), path("roomy", roomy), path("upload", upload),
     path("stacked", stacked), path("keyed", keyed), path("me", per_user),
     path("posts", posts), path("soft", soft), path("health", health), path("other", ok),
+    path("login", login),
 ]
 
 
@@ -131,6 +136,19 @@ def test_django_stacked_limits_both_apply(configure: Any, clock: ManualClock) ->
     r = c.get("/stacked")
     assert json.loads(r.content)["policy"] == "stacked:4/h"
     assert r["RateLimit-Policy"] == '"stacked:3/m";q=3;w=60, "stacked:4/h";q=4;w=3600'
+
+
+def test_django_stacked_limits_with_two_keys_count_each_by_its_own_key(
+        configure: Any) -> None:
+    # One store for both clients (each Django test client builds its own middleware).
+    c = configure(policy=DEFAULT, store=MemoryStore())
+    other = Client(REMOTE_ADDR="198.51.100.9")
+    assert codes(c, 3, "/login", "post", data={"username": "ann"}) == [200, 200, 429]
+    # ann's third attempt was refused: nothing charged, so this address has one left ...
+    assert codes(c, 2, "/login", "post", data={"username": "bob"}) == [200, 429]
+    # ... and ann is refused from any address: her own counter is spent.
+    assert codes(other, 1, "/login", "post", data={"username": "ann"}) == [429]
+    assert codes(other, 1, "/login", "post", data={"username": "cat"}) == [200]
 
 
 def test_django_limit_keyed_by_a_header(configure: Any) -> None:

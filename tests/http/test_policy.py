@@ -249,3 +249,17 @@ def test_failure_raise_is_refused_by_the_http_layer_with_what_to_use_instead() -
         _Engine(HTTPPolicy(limits=DEFAULT), MemoryStore(), sleep=print, failure="raise")
     with pytest.raises(ValueError, match=r"failure='sometimes'"):
         _Engine(HTTPPolicy(limits=DEFAULT), MemoryStore(), sleep=print, failure="sometimes")
+
+
+def test_a_route_in_add_mode_is_decided_with_the_default_limits() -> None:
+    default = Limit("fixed-window", "3/minute", name="default")
+    route = Limit("fixed-window", "10/minute", name="route")
+    for mode, want in (("add", ["pass"] * 3 + ["reject"]), ("replace", ["pass"] * 4)):
+        e = engine(HTTPPolicy(limits=[default], routes=[Route("/r", [route], mode=mode)]))
+        outs = [run(e.handle(RequestInfo("GET", "/r", {}, "192.0.2.1"))) for _ in range(4)]
+        assert [o.action for o in outs if o is not None] == want, mode
+        assert outs[0] is not None
+        names = [h for h in outs[0].headers if h[0] == "RateLimit-Policy"][0][1]
+        assert ('"default"' in names) == (mode == "add") and '"route"' in names
+    with pytest.raises(ValueError, match="mode must be 'add'"):
+        Route("/r", [route], mode="merge")  # type: ignore[arg-type]

@@ -72,7 +72,10 @@ def make_limits(limits: LimitSpec, *, endpoint: str, algorithm: str, burst: floa
 
 @dataclass
 class Spec:
-    """One endpoint's decorators so far (several stack into one `RouteLimit`)."""
+    """One endpoint's decorators so far. Stacked decorators with one key (and cost) are
+    several limits of one `RouteLimit`; with another key they are another `RouteLimit` of
+    the same endpoint (a login counted per username *and* per address), all decided
+    together, all-or-nothing, in one mode."""
 
     endpoint: str
     limits: list[Limit]
@@ -80,27 +83,35 @@ class Spec:
     mode: Mode
     cost: float | None
     exempt: bool = False
-    route: RouteLimit | None = None
+    others: list[Spec] | None = None  # stacked decorators with another key or cost
+    route: tuple[RouteLimit, ...] | None = None
 
     def add(self, other: Spec) -> None:
         if self.exempt or other.exempt:
             raise ValueError(f"{self.endpoint!r} is both exempt and limited; use one")
-        for what in ("key", "mode", "cost"):
-            if getattr(self, what) != getattr(other, what):
-                raise ValueError(
-                    f"the limits stacked on {self.endpoint!r} differ in {what} "
-                    f"({getattr(self, what)!r} and {getattr(other, what)!r}); one endpoint's "
-                    f"limits are decided together with one {what}: give them the same one")
-        self.limits = [*other.limits, *self.limits]
+        if self.mode != other.mode:
+            raise ValueError(
+                f"the limits stacked on {self.endpoint!r} differ in mode ({self.mode!r} and "
+                f"{other.mode!r}); an endpoint's limits add to the policy's or replace them: "
+                "give them the same mode")
         self.route = None
+        for spec in (self, *(self.others or ())):
+            if (spec.key, spec.cost) == (other.key, other.cost):
+                spec.limits = [*other.limits, *spec.limits]
+                return
+        self.others = [*(self.others or ()), other]
 
-    def route_limit(self) -> RouteLimit:
+    def route_limit(self) -> tuple[RouteLimit, ...]:
+        """The endpoint's `RouteLimit`s: one per distinct key (and cost)."""
         if self.route is None:
-            key = self.key
-            if isinstance(key, str) and key.lower().startswith("header:"):
-                key = header_key(key[len("header:"):])
-            self.route = RouteLimit(tuple(self.limits), self.endpoint, key=key,
-                                    mode=self.mode, cost=self.cost, exempt=self.exempt)
+            out = []
+            for spec in (self, *(self.others or ())):
+                key = spec.key
+                if isinstance(key, str) and key.lower().startswith("header:"):
+                    key = header_key(key[len("header:"):])
+                out.append(RouteLimit(tuple(spec.limits), self.endpoint, key=key,
+                                      mode=self.mode, cost=spec.cost, exempt=self.exempt))
+            self.route = tuple(out)
         return self.route
 
 
@@ -144,8 +155,8 @@ class Registry:
         else:
             self.specs[func] = spec
 
-    def find(self, func: object) -> RouteLimit | None:
-        """The `RouteLimit` of endpoint `func` (looked for through ``__wrapped__`` too)."""
+    def find(self, func: object) -> tuple[RouteLimit, ...] | None:
+        """The `RouteLimit`s of endpoint `func` (looked for through ``__wrapped__`` too)."""
         for _ in range(16):
             if func is None:
                 break

@@ -132,6 +132,9 @@ class Route:
     - `key`: a key function for this route only (default: the policy's).
     - `exempt`: matching requests are not limited at all.
     - `dry_run`: ``None`` follows the policy; ``True`` shadows just this route's limits.
+    - `mode`: ``"replace"`` (the default, for compatibility): only the route's limits apply
+      to its requests; ``"add"``: the policy's default limits apply too, decided with the
+      route's as one, all-or-nothing.
     """
 
     pattern: PathPattern
@@ -141,6 +144,7 @@ class Route:
     key: KeyFunc | None = None
     exempt: bool = False
     dry_run: bool | None = None
+    mode: Literal["add", "replace"] = "replace"
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -157,6 +161,9 @@ class Route:
             set_(self, "methods", frozenset(m.upper() for m in self.methods))
         if self.cost is not None:
             _check_cost(self.cost, where, lims)
+        if self.mode not in ("add", "replace"):
+            raise ValueError(f"{where}: mode must be 'add' (with the policy's default limits) "
+                             f"or 'replace' (instead of them), got {self.mode!r}")
 
     def matches(self, method: str, path: str) -> bool:
         if self.methods is not None and method not in self.methods:
@@ -312,6 +319,17 @@ class RouteLimit:
         return got
 
 
+#: What an adapter hands `handle` for an endpoint: its decorators' limits, one `RouteLimit`
+#: per key (a login counted per username *and* per address), or None.
+RouteLimits = RouteLimit | Sequence[RouteLimit] | None
+
+
+def _route_limits(routes: RouteLimits) -> tuple[RouteLimit, ...]:
+    if routes is None:
+        return ()
+    return (routes,) if isinstance(routes, RouteLimit) else tuple(routes)
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What to ask the limiter for one request."""
@@ -378,12 +396,15 @@ class _Engine:
         self.sleep = sleep
         sets: list[tuple[Limit, ...]] = []
         self._route_index: list[int] = []
+        default = _limits(policy.limits, "limits")
         for r in policy.routes:
             lims = _limits(r.limits, "route")
+            if r.mode == "add" and lims and not r.exempt:
+                names = {lim.name for lim in lims}
+                lims = (*(d for d in default if d.name not in names), *lims)
             if lims and lims not in sets:
                 sets.append(lims)
             self._route_index.append(sets.index(lims) if lims else -1)
-        default = _limits(policy.limits, "limits")
         if default and default not in sets:
             sets.append(default)
         self._default_index = sets.index(default) if default else -1
@@ -400,12 +421,12 @@ class _Engine:
 
     # -- 0. the whole request -----------------------------------------------------------
 
-    def handle(self, req: RequestInfo, route: RouteLimit | None = None
+    def handle(self, req: RequestInfo, route: RouteLimits = None
                ) -> core.Plan[Outcome | None]:
         """Plan: `req`'s `Outcome` (None: not limited), its queueing delay already slept
         and a reservation rejected for waiting too long already refunded. `route`: the
         endpoint's decorator limits, decided with the policy's."""
-        plan = self.plan(req, route)
+        plan = self.plan(req, _route_limits(route))
         if plan is None:
             return None
         checks = [*(self.limits[plan.index].checks(plan.key, plan.cost)
@@ -430,10 +451,11 @@ class _Engine:
 
     # -- 1. plan ------------------------------------------------------------------------
 
-    def plan(self, req: RequestInfo, extra: RouteLimit | None = None) -> Plan | None:
-        """The limiter call for `req`, or None when the request is not limited."""
+    def plan(self, req: RequestInfo, extras: tuple[RouteLimit, ...] = ()) -> Plan | None:
+        """The limiter call for `req`, or None when the request is not limited. `extras`:
+        the endpoint's decorator limits."""
         p = self.policy
-        if extra is not None and extra.exempt:
+        if any(e.exempt for e in extras):
             self.stats["exempt"] += 1
             return None
         path = req.path
@@ -448,13 +470,13 @@ class _Engine:
                 route = r
                 index = self._route_index[i]
                 break
-        if extra is not None and extra.mode == "replace":
+        if any(e.mode == "replace" for e in extras):
             index = -1
         if route is not None:
-            if route.exempt or (index < 0 and extra is None):
+            if route.exempt or (index < 0 and not extras):
                 self.stats["exempt"] += 1
                 return None
-        elif index < 0 and extra is None:
+        elif index < 0 and not extras:
             return None
         req.client_ip = ip = p.client_ip.resolve(req)
         if ip is not None and any(ip in n for n in p._exempt_nets):
@@ -472,7 +494,9 @@ class _Engine:
         dry = p.dry_run if route is None or route.dry_run is None else route.dry_run
         limits = self.limit_sets[index] if index >= 0 else ()
         checks: tuple[Check, ...] = ()
-        if extra is not None and extra.checker is not None:
+        for extra in extras:
+            if extra.checker is None:
+                continue
             if callable(extra.key):
                 got = extra.key(req)
                 ekey = p.client_ip.key_of(ip) if got is None else safe_key(str(got))
@@ -481,7 +505,7 @@ class _Engine:
             else:
                 ekey = key
             ecost = cost if extra.cost is None else float(extra.cost)
-            checks = tuple(extra.checker.checks(ekey, ecost))
+            checks = (*checks, *extra.checker.checks(ekey, ecost))
             limits = (*limits, *extra.limits)
         queues = any(lim.algorithm == "leaky-bucket" and not lim.nodelay for lim in limits)
         reserve = queues and p.max_delay is not None and not dry
@@ -540,7 +564,7 @@ class _PoliciesEngine:
         """`req`'s descriptors under the live policies (None: not limited)."""
         return self.rules.map(req, self.clock())
 
-    def handle(self, req: RequestInfo, route: RouteLimit | None = None
+    def handle(self, req: RequestInfo, route: RouteLimits = None
                ) -> core.Plan[Outcome | None]:
         """Plan: as `_Engine.handle`, for a policies file (`ratekeeper.policy.decide_request`,
         rendered as a response)."""
@@ -548,7 +572,7 @@ class _PoliciesEngine:
             self.watcher.tick()
         snap = self.source()
         hd = yield from decide_request(self.decider, snap, req, self.clock(),
-                                       None if route is None else _extra_of(route))
+                                       tuple(_extra_of(r) for r in _route_limits(route)))
         if hd is None:
             self.stats["exempt"] += 1
             return None

@@ -80,10 +80,10 @@ from ..core import run
 from ..policy._request import KeyFunc, RequestInfo
 from ..stores import Store
 from ._decorators import Mode, Spec, header_key, make_limits
-from ._policy import Outcome, RouteLimit, _Adapter
+from ._policy import Outcome, RouteLimits, _Adapter
 from .wsgi import SYNC, Sleep
 
-__all__ = ["RateLimitMiddleware", "django_user", "exempt", "ratelimit"]
+__all__ = ["ALL", "UNSAFE", "RateLimitMiddleware", "django_user", "exempt", "ratelimit"]
 
 V = TypeVar("V", bound=Callable[..., Any])
 
@@ -214,7 +214,7 @@ class _View:
     methods: frozenset[str] | None
     block: bool
 
-    def route_for(self, method: str) -> RouteLimit | None:
+    def route_for(self, method: str) -> RouteLimits:
         if self.methods is not None and method.upper() not in self.methods:
             return None
         return self.spec.route_limit()
@@ -298,6 +298,11 @@ def ratelimit(group: str | None = None, key: str | Callable[[str, HttpRequest], 
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+# django-ratelimit's spellings: ``@ratelimit(..., method=ratelimit.UNSAFE)``.
+ratelimit.ALL = ALL  # type: ignore[attr-defined]
+ratelimit.UNSAFE = UNSAFE  # type: ignore[attr-defined]
 
 
 def exempt(view: V) -> V:

@@ -86,7 +86,7 @@ from ._decorators import (
     endpoint_name,
     make_limits,
 )
-from ._policy import Outcome, PolicySpec, RouteLimit, _Adapter
+from ._policy import Outcome, PolicySpec, RouteLimits, _Adapter
 from .asgi import ASYNC, SCOPE_KEY, AsyncSleep
 from .headers import PROBLEM_CONTENT_TYPE
 
@@ -144,7 +144,7 @@ class RateLimit(_Adapter[AsyncStore, AsyncSleep]):
 
 
 async def _decide(adapter: _Adapter[AsyncStore, AsyncSleep], request: Request,
-                  response: Response, route: RouteLimit | None) -> Decision | None:
+                  response: Response, route: RouteLimits) -> Decision | None:
     """One decision for `request` (with `route`'s limits): raise `RateLimited`, or add the
     RateLimit fields to `response` and return the decision (None: not limited)."""
     info = RequestInfo.from_asgi(request.scope)

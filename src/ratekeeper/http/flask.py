@@ -68,7 +68,7 @@ from ._decorators import (
     endpoint_name,
     make_limits,
 )
-from ._policy import Outcome, PolicySpec, RouteLimit, _Adapter
+from ._policy import Outcome, PolicySpec, RouteLimits, _Adapter
 from .wsgi import ENVIRON_KEY, SYNC, Sleep
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class Limiter(_Adapter[Store, Sleep]):
         app.after_request(self._after)
         app.extensions["ratekeeper"] = self
 
-    def _decide(self, route: RouteLimit | None) -> Response | None:
+    def _decide(self, route: RouteLimits) -> Response | None:
         """One decision for the current request: a rejection response, or None (the
         RateLimit fields kept for `_after`)."""
         setattr(g, _DECIDED, True)

@@ -479,13 +479,13 @@ class HTTPRules:
         set_(self, "_exempt_nets", tuple(ipaddress.ip_network(n, strict=False)
                                          for n in self.exempt_networks))
 
-    def map(self, req: RequestInfo, now: float, extra: Extra | None = None
+    def map(self, req: RequestInfo, now: float, extras: tuple[Extra, ...] = ()
             ) -> HTTPCheck | None:
         """The descriptors to decide for `req` (None: not limited). Sets ``req.client_ip``.
 
         `now` is the engine's clock (for cached hooks); `extra`, an endpoint decorator's
         limits (added to the descriptors, or replacing them)."""
-        if extra is not None and extra.exempt:
+        if any(e.exempt for e in extras):
             return None
         path, method = req.path, req.method
         host = req.headers.get("host", "")
@@ -511,9 +511,9 @@ class HTTPRules:
             groups = route.descriptors
         else:
             groups = self.descriptors + route.descriptors
-        if extra is not None and extra.mode == "replace":
+        if any(e.mode == "replace" for e in extras):
             groups = ()
-        if not groups and extra is None:
+        if not groups and not extras:
             return None
         route_name = "" if route is None else route.name
         values: dict[str, str | None] = {}
@@ -533,7 +533,7 @@ class HTTPRules:
                 entries.append((e.key, v))
             else:
                 out.append(DescriptorRequest(tuple(entries)))
-        if extra is not None:
+        for extra in extras:
             rule = extra.rule(self.domain)
             if callable(extra.key):
                 got = extra.key(req)
@@ -560,8 +560,9 @@ class HTTPRules:
                                                                                 own)))
         if not out:
             return None
-        if extra is not None and extra.cost is not None:
-            cost, dry, max_delay = extra.cost, self.dry_run, self.max_delay
+        extra_cost = next((e.cost for e in extras if e.cost is not None), None)
+        if extra_cost is not None:
+            cost, dry, max_delay = extra_cost, self.dry_run, self.max_delay
         elif route is None:
             cost, dry, max_delay = self.cost, self.dry_run, self.max_delay
         else:
@@ -651,7 +652,7 @@ class HTTPDecision(NamedTuple):
 
 
 def decide_request(engine: Engine, snap: Policies, req: RequestInfo, now: float,
-                   extra: Extra | None = None) -> core.Plan[HTTPDecision | None]:
+                   extras: tuple[Extra, ...] = ()) -> core.Plan[HTTPDecision | None]:
     """Plan: `req` under the snapshot `snap` (its ``[http]`` part and domain rules): None
     when not limited (not covered, exempt, or no descriptor met a limit), else its
     `HTTPDecision`. The middleware, the service's ``/v1/http`` and replay all run this.
@@ -662,7 +663,7 @@ def decide_request(engine: Engine, snap: Policies, req: RequestInfo, now: float,
     rules = snap.http
     if rules is None:
         return None
-    check = rules.map(req, now, extra)
+    check = rules.map(req, now, extras)
     if check is None:
         return None
     simple = engine.simple_checks(snap, check.domain, check.descriptors, check.cost)

@@ -173,10 +173,11 @@ class LimitHeaders:
                 (self.reset, str(chosen.duration_until_reset.seconds))]
 
 
-def response_for(result: CheckResult,
-                 limit_headers: LimitHeaders | None = None) -> rls_pb2.RateLimitResponse:
+def response_for(result: CheckResult, limit_headers: LimitHeaders | None = None, *,
+                 now: float | None = None) -> rls_pb2.RateLimitResponse:
     """The RateLimitResponse for a check result; with `limit_headers`, envoyproxy/ratelimit's
-    headers instead of ours."""
+    headers instead of ours. `now` (the engine's clock, seconds) gives a fixed window that
+    charged nothing its time to the window's end, which its decision does not carry."""
     resp = rls_pb2.RateLimitResponse(overall_code=_OK if result.allowed else _OVER_LIMIT)
     for s in result.statuses:
         st = resp.statuses.add()
@@ -200,6 +201,12 @@ def response_for(result: CheckResult,
         if not over and s.outcome != "shadow_rejected":
             st.limit_remaining = min(max(int(d.remaining), 0), UINT32_MAX)
         reset = d.reset_after if math.isfinite(d.reset_after) else 10.0**9
+        if reset <= 0 and now is not None and lim is not None \
+                and lim.algorithm == "fixed-window":
+            # Nothing charged in the window (a cost above the whole limit): the decision
+            # has nothing to reset, but the Go service answers every status the time to
+            # its window's end (`unit - now % unit`), and Envoy's reset header shows it.
+            reset = lim.period - now % lim.period
         # Whole seconds, rounded up (a window ending in 29.75 s says 30, as the Go service's
         # whole-second arithmetic); the tolerance absorbs float noise (3600.0000000001).
         st.duration_until_reset.seconds = max(0, math.ceil(reset - 1e-6))
@@ -234,9 +241,10 @@ class RateLimitServicer:
             if isinstance(request, _Undecodable):
                 raise InvalidRequest(f"not a RateLimitRequest: {request.error}")
             domain, descriptors, hits = parse_request(request)
-            res = await self.service.engine.check(domain, descriptors, hits)
+            engine = self.service.engine
+            res = await engine.check(domain, descriptors, hits)
             result = "ok" if res.known_domain else "unknown_domain"
-            return response_for(res, self.limit_headers)
+            return response_for(res, self.limit_headers, now=engine.clock())
         except UnknownDomain as e:
             result = "unknown_domain"
             code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(e)

@@ -91,8 +91,8 @@ class RedisStoreStats:
     """Counters of one store (plain ints; under heavy concurrency they are approximate)."""
 
     __slots__ = (
-        "calls", "deny_cache_hits", "errors", "noscript_reloads", "pipelined_calls",
-        "pipelines", "short_circuited", "unavailable",
+        "calls", "deny_cache_hits", "errors", "function_loads", "noscript_reloads",
+        "pipelined_calls", "pipelines", "short_circuited", "unavailable",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -100,6 +100,7 @@ class RedisStoreStats:
         self.pipelines = 0  # pipelines sent by the async store (one round trip each per node)
         self.pipelined_calls = 0  # commands that went in those pipelines
         self.noscript_reloads = 0  # NOSCRIPT answers followed by EVAL
+        self.function_loads = 0  # "Function not found" answers followed by FUNCTION LOAD
         self.errors = 0  # failed calls, of any kind
         self.unavailable = 0  # ... of which the store was unavailable
         self.short_circuited = 0  # calls refused by an open circuit breaker (no I/O)
@@ -275,6 +276,10 @@ class _RedisCore:
         self._describe = describe
         self._params: dict[int, tuple[Limit, list[str], list[str], str]] = {}
         self._client: Any = None  # the driver's redis-py client
+        #: Scripts with a function (`Script.fn`) go as FCALL of the `LIBRARY`, until the
+        #: server turns out to have no functions (or not for us: ACLs). A cluster keeps
+        #: EVALSHA: a library would have to be loaded on every primary, new ones included.
+        self._fcall = not cluster
 
     def __repr__(self) -> str:
         clock = "client clock" if self.uses_client_clock else "server clock"
@@ -620,6 +625,32 @@ class _RedisCore:
 
     def _raised(self, breaker: CircuitBreaker, exc: BaseException) -> _Outcome:
         return False, self._failed(breaker, exc)
+
+    # -- Redis Functions ----------------------------------------------------------------------
+
+    def _fcall_failed(self, exc: Exception) -> bool:
+        """Whether an FCALL's error means our library is not there to call (False: it is the
+        call's own error, to raise). The library is missing ("Function not found": a new
+        server, FUNCTION FLUSH, a restart) -> load it and FCALL again; or the server has no
+        functions for us (unknown command, NOPERM) -> EVALSHA from now on."""
+        msg = str(exc)
+        if isinstance(exc, rex.NoPermissionError) or msg.startswith("unknown command"):
+            self._no_functions(msg)
+            return True
+        return msg.startswith("Function not found")
+
+    def _no_functions(self, why: str) -> None:
+        if self._fcall:
+            log.info("Redis store %s: no Redis Functions (%s); using EVALSHA", self._describe,
+                     why)
+        self._fcall = False
+
+    def _loaded(self, exc: Exception | None) -> None:
+        """What FUNCTION LOAD of `LIBRARY` answered (None: done)."""
+        self.stats.function_loads += 1
+        self.stats.calls += 1
+        if exc is not None and "already exists" not in str(exc):  # (another client won)
+            self._no_functions(str(exc))
 
     # -- building from a URL -------------------------------------------------------------------
 

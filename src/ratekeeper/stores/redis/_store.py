@@ -24,7 +24,7 @@ import redis.exceptions as rex
 from ..._errors import ConfigError, StoreUnavailable
 from ..._types import GLOBAL_KEY, Decision, Limit
 from .._base import Check
-from .._lua import CHECK, ONE
+from .._lua import CHECK, LIBRARY, ONE, Script
 from ._client import (
     _asyncio_timeout,
     _check_timeout,
@@ -146,12 +146,35 @@ class RedisStore(_RedisCore):
         stats.calls += 1
         if script is None:
             return client.delete(*call.keys) if call.keys else client.ping()
+        return self._eval(client, script, len(call.keys), (*call.keys, *call.args))
+
+    def _eval(self, client: Any, script: Script, n: int, keys_args: Sequence[Any]) -> Any:
+        """Run `script` on `n` keys (`keys_args`: the keys, then the arguments): FCALL of its
+        library function when it has one and the server has functions (FUNCTION LOAD
+        first when the library is missing), else EVALSHA (EVAL after NOSCRIPT)."""
+        stats = self.stats
+        if script.fn and self._fcall:
+            try:
+                return client.execute_command("FCALL", script.fn, n, *keys_args)
+            except rex.ResponseError as e:
+                if not self._fcall_failed(e):
+                    raise
+            if self._fcall:
+                try:
+                    client.execute_command("FUNCTION", "LOAD", LIBRARY)
+                except rex.ResponseError as e:
+                    self._loaded(e)
+                else:
+                    self._loaded(None)
+            stats.calls += 1
+            if self._fcall:
+                return client.execute_command("FCALL", script.fn, n, *keys_args)
         try:
-            return client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+            return client.execute_command("EVALSHA", script.sha, n, *keys_args)
         except rex.NoScriptError:
             stats.noscript_reloads += 1
             stats.calls += 1
-            return client.eval(script.text, len(call.keys), *call.keys, *call.args)
+            return client.eval(script.text, n, *keys_args)
 
     def _attempt(self, call: _Call) -> _Outcome:
         breaker, refused = self._gate(call)
@@ -192,7 +215,9 @@ class RedisStore(_RedisCore):
         rest = params + tuple(a.encode() for a in self._fast_tail(""))
         parse, stats, breaker = _PARSE_ONE[limit.algorithm], self.stats, self._breaker
         decide_one, failed, short_circuit = self.decide_one, self._failed, self._short_circuit
-        noscript = rex.NoScriptError
+        noscript, run = rex.NoScriptError, self._eval
+        # a script with a library function (`Script.fn`): FCALL while the server has them
+        functions = bool(script.fn)
 
         def decide_bound(key: str, cost: float, now: float) -> Decision:
             client = self._client
@@ -211,13 +236,16 @@ class RedisStore(_RedisCore):
                 short_circuit(breaker)  # raises while open, or lets this call probe
             try:
                 stats.calls += 1
-                try:
-                    # what client.evalsha() does, less two Python frames
-                    reply = client.execute_command("EVALSHA", sha, 1, *args)
-                except noscript:
-                    stats.noscript_reloads += 1
-                    stats.calls += 1
-                    reply = client.eval(text, 1, *args)
+                if functions:
+                    reply = run(client, script, 1, args)
+                else:
+                    try:
+                        # what client.evalsha() does, less two Python frames
+                        reply = client.execute_command("EVALSHA", sha, 1, *args)
+                    except noscript:
+                        stats.noscript_reloads += 1
+                        stats.calls += 1
+                        reply = client.eval(text, 1, *args)
             except Exception as e:
                 raise failed(breaker, e) from e
             if not breaker.clean:
@@ -252,9 +280,8 @@ class RedisStore(_RedisCore):
 
         unit = limit_args("1")
         client_clock, grace = self.uses_client_clock, self._grace_ms
-        sha, text, stats, breaker = CHECK.sha, CHECK.text, self.stats, self._breaker
-        decide, parse, failed = self.decide, self._parse_check, self._failed
-        noscript = rex.NoScriptError
+        stats, breaker = self.stats, self._breaker
+        decide, parse, failed, run = self.decide, self._parse_check, self._failed, self._eval
 
         def decide_all(key: str, cost: float, now: float) -> list[Decision]:
             client = self._client
@@ -271,12 +298,7 @@ class RedisStore(_RedisCore):
                 self._short_circuit(breaker)
             try:
                 stats.calls += 1
-                try:
-                    reply = client.execute_command("EVALSHA", sha, n, *keys, *args)
-                except noscript:
-                    stats.noscript_reloads += 1
-                    stats.calls += 1
-                    reply = client.eval(text, n, *keys, *args)
+                reply = run(client, CHECK, n, keys + args)
             except Exception as e:
                 raise failed(breaker, e) from e
             if not breaker.clean:
@@ -300,13 +322,7 @@ class RedisStore(_RedisCore):
             stats = self.stats
             try:
                 stats.calls += 1
-                try:
-                    reply = client.execute_command("EVALSHA", CHECK.sha, len(call.keys),
-                                                   *call.keys, *call.args)
-                except rex.NoScriptError:
-                    stats.noscript_reloads += 1
-                    stats.calls += 1
-                    reply = client.eval(CHECK.text, len(call.keys), *call.keys, *call.args)
+                reply = self._eval(client, CHECK, len(call.keys), (*call.keys, *call.args))
             except Exception as e:
                 raise self._failed(breaker, e) from e
             if not breaker.clean:
@@ -442,12 +458,32 @@ class AsyncRedisStore(_RedisCore):
         stats.calls += 1
         if script is None:
             return await (client.delete(*call.keys) if call.keys else client.ping())
+        n, keys_args = len(call.keys), (*call.keys, *call.args)
+        if script.fn and self._fcall:  # as `RedisStore._eval`
+            try:
+                return await client.execute_command("FCALL", script.fn, n, *keys_args)
+            except rex.ResponseError as e:
+                if not self._fcall_failed(e):
+                    raise
+            await self._load_library()
+            stats.calls += 1
+            if self._fcall:
+                return await client.execute_command("FCALL", script.fn, n, *keys_args)
         try:
-            return await client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+            return await client.execute_command("EVALSHA", script.sha, n, *keys_args)
         except rex.NoScriptError:
             stats.noscript_reloads += 1
             stats.calls += 1
-            return await client.eval(script.text, len(call.keys), *call.keys, *call.args)
+            return await client.eval(script.text, n, *keys_args)
+
+    async def _load_library(self) -> None:
+        if self._fcall:
+            try:
+                await self._client.execute_command("FUNCTION", "LOAD", LIBRARY)
+            except rex.ResponseError as e:
+                self._loaded(e)
+            else:
+                self._loaded(None)
 
     async def _submit(self, call: _Call) -> Any:
         """Queue `call` for this loop iteration's batch and wait for its reply."""
@@ -488,20 +524,34 @@ class AsyncRedisStore(_RedisCore):
             else:
                 fut.set_result(r)
 
-    async def _pipeline(self, calls: list[_Call]) -> list[Any]:
-        """Send `calls` as one non-transactional pipeline; NOSCRIPT ones again with EVAL."""
+    async def _pipeline(self, calls: list[_Call], retry: bool = True) -> list[Any]:
+        """Send `calls` as one non-transactional pipeline; NOSCRIPT ones again with EVAL,
+        those whose FCALL found no library again after loading it (when `retry`)."""
         stats = self.stats
         stats.pipelines += 1
         stats.pipelined_calls += len(calls)
         stats.calls += len(calls)
+        fcall = self._fcall
         pipe = self._client.pipeline(transaction=False)
         for call in calls:
             assert call.script is not None
             # execute_command: redis-py blocks the evalsha *method* on cluster pipelines,
             # but routes EVALSHA by its keys correctly.
-            pipe.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys,
-                                 *call.args)
+            if fcall and call.script.fn:
+                pipe.execute_command("FCALL", call.script.fn, len(call.keys), *call.keys,
+                                     *call.args)
+            else:
+                pipe.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys,
+                                     *call.args)
         results: list[Any] = list(await pipe.execute(raise_on_error=False))
+        again = [i for i, r in enumerate(results) if fcall and retry
+                 and isinstance(r, rex.ResponseError) and not isinstance(r, rex.NoScriptError)
+                 and calls[i].script.fn and self._fcall_failed(r)]  # type: ignore[union-attr]
+        if again:  # our library was missing (load it, once), or functions are off
+            await self._load_library()
+            for i, r in zip(again, await self._pipeline([calls[i] for i in again], False),
+                            strict=True):
+                results[i] = r
         redo = [i for i, r in enumerate(results) if isinstance(r, rex.NoScriptError)]
         if redo:
             stats.noscript_reloads += len(redo)
