@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -96,6 +97,20 @@ def test_decisions_statuses_and_headers(call: Call, uid: str) -> None:
     assert resp.statuses[0].code == OVER and resp.statuses[0].limit_remaining == 0
     h = headers(resp)
     assert 1 <= int(h["Retry-After"]) <= 3600 and h["Cache-Control"] == "no-store"
+
+
+def test_a_fixed_window_that_charged_nothing_resets_at_the_windows_end_over_grpc(
+        call: Call, uid: str) -> None:
+    # The real service (memory store, on Unix time): 5 asked of 3/hour charges nothing, and
+    # the reset is still the Go service's unit - now % unit, read against the clock.
+    before = int(time.time())
+    resp = call(RateLimitRequest(domain="t", descriptors=[descriptor(("user", uid))],
+                                 hits_addend=5))
+    after = int(time.time())
+    assert resp.statuses[0].code == OVER
+    assert resp.statuses[0].duration_until_reset is not None
+    assert resp.statuses[0].duration_until_reset.seconds in {
+        3600 - now % 3600 for now in range(before, after + 1)}
 
 
 def test_one_status_per_descriptor_in_request_order(call: Call, uid: str) -> None:
@@ -314,7 +329,9 @@ class InProcess:
     def __call__(self, req: RateLimitRequest) -> RateLimitResponse:
         ours = rls_pb2.RateLimitRequest.FromString(bytes(req))
         res = asyncio.run(self.engine.check(*parse_request(ours)))
-        return RateLimitResponse.parse(response_for(res).SerializeToString())
+        # As the servicer: the engine's clock after the check.
+        return RateLimitResponse.parse(
+            response_for(res, now=self.clock()).SerializeToString())
 
 
 def one(call: Callable[[RateLimitRequest], RateLimitResponse], *entries: tuple[str, str],
@@ -369,6 +386,23 @@ def test_duration_until_reset_is_whole_seconds_as_envoy_ratelimit(now: float,
     call.clock.set(now)
     st = one(call, ("anon", "a")).statuses[0]
     assert st.duration_until_reset == datetime.timedelta(seconds=seconds)
+
+
+def test_a_fixed_window_that_charged_nothing_reports_the_time_to_the_windows_end() -> None:
+    # envoyproxy/ratelimit gives every status with a limit duration_until_reset =
+    # unit - now % unit (src/limiter/base_limiter.go, generateResponseDescriptorStatus ->
+    # utils.CalculateReset), charged or not. A cost above the whole limit charges nothing
+    # in the window, and its answer said 0 s.
+    call = InProcess()
+    call.clock.set(90.25)
+    over = one(call, ("user", "fresh"), hits_addend=5).statuses[0]  # 5 asked of 3/hour
+    assert over.code == OVER
+    assert over.duration_until_reset == datetime.timedelta(seconds=3600 - 90)
+    # The same through an Envoy override (a fixed window of its own), and a look (hits 0).
+    r = call(RateLimitRequest(domain="g", descriptors=[
+        descriptor(("anon", "o"), override=(2, RateLimitUnit.MINUTE), hits=3),
+        descriptor(("anon", "p"), hits=0)]))
+    assert [s.duration_until_reset for s in r.statuses] == [datetime.timedelta(seconds=30)] * 2
 
 
 def test_over_limit_statuses_report_no_remaining() -> None:
