@@ -259,7 +259,7 @@ def test_a_route_in_add_mode_is_decided_with_the_default_limits() -> None:
         outs = [run(e.handle(RequestInfo("GET", "/r", {}, "192.0.2.1"))) for _ in range(4)]
         assert [o.action for o in outs if o is not None] == want, mode
         assert outs[0] is not None
-        names = [h for h in outs[0].headers if h[0] == "RateLimit-Policy"][0][1]
+        names = next(h for h in outs[0].headers if h[0] == "RateLimit-Policy")[1]
         assert ('"default"' in names) == (mode == "add") and '"route"' in names
     with pytest.raises(ValueError, match="mode must be 'add'"):
         Route("/r", [route], mode="merge")  # type: ignore[arg-type]
