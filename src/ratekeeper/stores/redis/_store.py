@@ -197,7 +197,7 @@ class RedisStore(_RedisCore):
         Everything that does not depend on the call is computed once here: the script, the
         key's prefix and suffix, and the limit's arguments, already encoded (redis-py sends
         bytes as they are). On a single server the call goes straight to the client's
-        EVALSHA (NOSCRIPT: EVAL, once), with the breaker consulted only through one
+        EVALSHA (NOSCRIPT: EVAL, once; FCALL for a script with a library function), with the breaker consulted only through one
         attribute read (`CircuitBreaker.clean`) while nothing is wrong; a cluster, or the
         deny cache, takes the general path (`decide_one`).
         """
