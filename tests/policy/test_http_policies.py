@@ -25,7 +25,7 @@ from ratekeeper.http import RouteLimit
 from ratekeeper.http._policy import _extra_of
 from ratekeeper.http.wsgi import WSGIRateLimitMiddleware
 from ratekeeper.policy import Engine, Policies, PolicyError, PolicyHolder
-from ratekeeper.policy._http import HTTPDecision, decide_request
+from ratekeeper.policy._http import Extra, HTTPDecision, decide_request
 from ratekeeper.policy._loader import parse_policies_text
 from ratekeeper.policy._request import RequestInfo
 from ratekeeper.stores import MemoryStore
@@ -96,7 +96,8 @@ class Harness:
                extra: Any = None, **headers: str) -> HTTPDecision | None:
         req = RequestInfo(method, path, {k.replace("_", "-").lower(): v
                                          for k, v in headers.items()}, client)
-        return run(decide_request(self.engine, self.snap, req, self.clock(), extra))
+        extras = () if extra is None else (extra,) if isinstance(extra, Extra) else extra
+        return run(decide_request(self.engine, self.snap, req, self.clock(), extras))
 
     def verdicts(self, n: int, *args: Any, **kwargs: Any) -> list[str]:
         out = []
