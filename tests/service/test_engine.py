@@ -182,7 +182,10 @@ async def test_global_and_domain_shadow_mode(where: str, service: str, domain: s
     outs = [await e.check("d", [desc(("user", "u"))]) for _ in range(5)]
     assert all(o.allowed for o in outs)
     assert outs[-1].statuses[0].outcome == "shadow_rejected"
-    assert result_headers(outs[-1]) == []
+    # The headers still describe the shadowed limit, as envoyproxy/ratelimit sends them
+    # (0 left, no Retry-After: the request passes).
+    assert result_headers(outs[-1]) == [("RateLimit-Policy", '"d.user";q=3;w=3600'),
+                                        ("RateLimit", '"d.user";r=0;t=3600')]
 
 
 @pytest.mark.parametrize(("failure", "allowed"), [("open", True), ("closed", False),
