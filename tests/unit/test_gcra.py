@@ -94,3 +94,24 @@ def test_cost_above_capacity() -> None:
     assert new is None and not d.allowed and d.retry_after is None and d.remaining == 3
     new, d = gcra.decide(100.0, t0, 4, L)  # even deep in debt: never, not "later"
     assert new is None and d.retry_after is None
+
+
+@backends
+@pytest.mark.parametrize("rate, burst", [("5/s", 10), ("10/s", 1000), ("3/s", 7),
+                                    ("1/3s", 4), ("1000/s", 50)])
+@pytest.mark.parametrize("start", [0.0, 1_700_000_000.0, 1_796_122_535.554])
+def test_a_full_bucket_admits_exactly_its_burst_at_unix_time(
+        rate: str, burst: int, start: float, backend: str) -> None:
+    """At Unix-time magnitudes (a Redis server's clock, a replayed log) each admission's
+    ``tat + c/r`` rounds to the float grid (0.24 µs at 1.7e9) and the error adds up over a
+    burst; GCRA must still admit exactly what the token bucket admits: the whole burst, and
+    again once it has refilled, not one request less."""
+    lim = Limit("gcra", rate, burst=burst)
+    tb = Limit("token-bucket", rate, burst=burst)
+    g, t = Runner(lim, backend), Runner(tb, backend)
+    refill = burst / lim.per_second
+    for rnd in range(3):
+        now = start + rnd * refill
+        got_g = [g.decide(now, 1.0, "k").allowed for _ in range(burst + 1)]
+        got_t = [t.decide(now, 1.0, "k").allowed for _ in range(burst + 1)]
+        assert got_g == got_t == [True] * burst + [False], (rnd, got_g.count(True))

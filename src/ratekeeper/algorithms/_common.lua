@@ -32,6 +32,7 @@
 
 local EPS = 1e-9           -- algorithms/_common.py EPS: floor(x + EPS) so 2.9999999999999996 is 3
 local NS_TOLERANCE = 1e-9  -- algorithms/_common.py NS_TOLERANCE: Go's 1 ns of refill
+local FLOAT_DRIFT = 2.220446049250313e-16  -- algorithms/_common.py FLOAT_DRIFT: 2^-52
 local TIME_EPS = 5e-7      -- algorithms/_common.py TIME_EPS: instants closer than this are one
 local floor = math.floor
 local ALGOS = {}

@@ -35,9 +35,9 @@ from .._errors import InvalidLimit
 from .._rates import Rate
 from .._types import Decision, Limit, LimitRules, check_number
 
-__all__ = ["EPS", "NS_TOLERANCE", "TIME_EPS", "Algorithm", "LimitRules", "RedisCodec",
-           "bucket_params", "floor_remaining", "hash_fields", "lua_float", "new_decision",
-           "no_delay", "window_params"]
+__all__ = ["EPS", "FLOAT_DRIFT", "NS_TOLERANCE", "TIME_EPS", "Algorithm", "LimitRules",
+           "RedisCodec", "bucket_params", "floor_remaining", "hash_fields", "lua_float",
+           "new_decision", "no_delay", "window_params"]
 
 #: Whole-unit rounding guard: ``floor(x + EPS)`` so 2.9999999999999996 counts as 3.
 EPS = 1e-9
@@ -55,6 +55,16 @@ TIME_EPS = 5e-7
 #: truncated), and admits when that wait is 0. A deficit worth less than 1 ns of refill is
 #: therefore admitted; we keep exactly that tolerance, which also absorbs float noise.
 NS_TOLERANCE = 1e-9
+
+#: The relative size of a float's last digit (2**-52). Instants on a Unix-time clock (a Redis
+#: server's, a replayed log's: 1.7e9 s, where one ulp is 0.24 µs) are only that exact, so
+#: a refill deficit below that grid is float noise, admitted like Go's nanosecond: the token
+#: bucket allows ``2 * |now| * FLOAT_DRIFT`` seconds (an elapsed time is off by an ulp of
+#: each end), GCRA ``(b + 2) * |tat| * FLOAT_DRIFT`` (its ``tat`` grows by ``c / r`` with
+#: every admission, each addition rounded: over a burst of ``b`` about ``b`` ulps, enough to
+#: refuse the last request of an exactly refilled burst). Both at most a quarter of one
+#: request's refill time; near 0 (a monotonic clock, a trace from 0) it is Go's tolerance.
+FLOAT_DRIFT = 2.220446049250313e-16
 
 #: ``new_decision(Decision, (allowed, remaining, retry_after, reset_after, delay, limit, False))``
 #: builds a Decision with one C call: `Decision(...)` goes through a Python-level ``__new__``

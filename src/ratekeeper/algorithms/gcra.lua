@@ -25,7 +25,9 @@ ALGOS[2] = function()  -- built on first use (see _common.lua)
     end
     local tokens = b - (tat - now) * r  -- a full bucket minus the debt not yet refilled
     local left = tokens - cost
-    if left >= 0 or (-left / r < NS_TOLERANCE and cost <= b) then
+    -- gcra.py: Go's nanosecond, widened by the rounding a Unix-time tat accumulates
+    if left >= 0 or (-left / r < NS_TOLERANCE + math.min((b + 2.0) * math.abs(tat) * FLOAT_DRIFT,
+                                                         0.25 / r) and cost <= b) then
       tat = tat + cost / r
       return tat, 1, floor_remaining(left), 0, tat - now, 0
     end

@@ -7,8 +7,9 @@ tokens available at ``now`` are::
     tokens(now) = b - max(0, tat - now) * r
 
 so a request of cost ``c`` is admitted iff ``tokens(now) >= c`` (the same test as the token
-bucket, with Go's one-nanosecond tolerance), and admitting it moves ``tat`` forward by the time
-``c`` tokens take to refill::
+bucket, with Go's one-nanosecond tolerance, widened by the float rounding that adding to a
+Unix-time ``tat`` accumulates over a burst: see `FLOAT_DRIFT`), and admitting it moves ``tat``
+forward by the time ``c`` tokens take to refill::
 
     tat' = max(tat, now) + c / r
 
@@ -26,6 +27,7 @@ from typing import Any
 from .._types import Decision, Limit
 from ._common import (
     EPS,
+    FLOAT_DRIFT,
     NS_TOLERANCE,
     Algorithm,
     LimitRules,
@@ -49,7 +51,8 @@ def decide(
         tat = now
     tokens = b - (tat - now) * r  # a full bucket minus the debt not yet refilled
     left = tokens - cost
-    if left >= 0.0 or (-left / r < NS_TOLERANCE and cost <= b):
+    if left >= 0.0 or (-left / r < NS_TOLERANCE + min((b + 2.0) * abs(tat) * FLOAT_DRIFT,
+                                                      0.25 / r) and cost <= b):
         tat += cost / r
         rem = (left + EPS).__trunc__() if left > 0.0 else 0
         return tat, new_decision(Decision, (True, rem, 0.0, tat - now, 0.0, limit, False))

@@ -52,7 +52,9 @@ if tat == nil or tat < now then
 end
 local tokens = b - (tat - now) * r  -- a full bucket minus the debt not yet refilled
 local left = tokens - cost
-if left >= 0 or (-left / r < 1e-9 and cost <= b) then  -- NS_TOLERANCE
+-- NS_TOLERANCE + min((b + 2) * |tat| * FLOAT_DRIFT, 0.25 / r), as gcra.py
+if left >= 0 or (-left / r < 1e-9 + math.min((b + 2.0) * math.abs(tat) * 2.220446049250313e-16,
+                                             0.25 / r) and cost <= b) then
   tat = tat + cost / r
   local tat_text = string.format('%.17g', tat)
   local reset = tat - now  -- the expiry's; the client's reset_after is the same difference

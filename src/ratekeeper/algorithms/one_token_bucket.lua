@@ -62,7 +62,9 @@ if v[1] or v[2] then
   end
 end
 local left = tokens - cost
-if left >= 0 or (-left / r < 1e-9 and cost <= b) then  -- NS_TOLERANCE
+-- NS_TOLERANCE + min(2 * |now| * FLOAT_DRIFT, 0.25 / r), as token_bucket.py
+if left >= 0 or (-left / r < 1e-9 + math.min(2.0 * math.abs(now) * 2.220446049250313e-16,
+                                             0.25 / r) and cost <= b) then
   -- Like Go, the state is stamped `now` even when the clock went backwards.
   local left_text = string.format('%.17g', left)
   do

@@ -53,7 +53,9 @@ ALGOS[1] = function()  -- built on first use (see _common.lua)
       end
     end
     local left = tokens - cost
-    if left >= 0 or (-left / r < NS_TOLERANCE and cost <= b) then
+    -- token_bucket.py: Go's nanosecond, widened to the float grid of now
+    if left >= 0 or (-left / r < NS_TOLERANCE + math.min(2.0 * math.abs(now) * FLOAT_DRIFT,
+                                                         0.25 / r) and cost <= b) then
       -- Like Go, the state is stamped `now` even when the clock went backwards.
       return {left, now}, 1, floor_remaining(left), 0, (b - left) / r, 0
     end

@@ -29,6 +29,7 @@ from typing import Any
 from .._types import Decision, Limit
 from ._common import (
     EPS,
+    FLOAT_DRIFT,
     NS_TOLERANCE,
     Algorithm,
     LimitRules,
@@ -74,7 +75,10 @@ def decide(
         else:  # a clock going backwards refills nothing
             behind = last - now
     left = tokens - cost
-    if left >= 0.0 or (-left / r < NS_TOLERANCE and cost <= b):
+    # Go's nanosecond, widened to the float grid of `now` (an elapsed time between two
+    # Unix-time instants is off by up to an ulp of each: 0.24 µs at 1.7e9; `FLOAT_DRIFT`).
+    if left >= 0.0 or (-left / r < NS_TOLERANCE + min(2.0 * abs(now) * FLOAT_DRIFT, 0.25 / r)
+                       and cost <= b):
         # reset_after: time for the deficit (b - left) to refill. Like Go, the state is
         # stamped `now` even when the clock went backwards.
         rem = (left + EPS).__trunc__() if left > 0.0 else 0
