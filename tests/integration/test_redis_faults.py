@@ -687,3 +687,35 @@ def test_sentinel_failover() -> None:
             assert c.exists(store.state_key(hourly, "k")) == 1
             assert_all_keys_have_ttl(c)
         store.close()
+
+
+async def test_after_a_frozen_server_the_async_store_reads_no_stale_replies(
+        server_factory: Callable[..., RedisServer]) -> None:
+    """The asyncio store bounds each round trip itself (its client has no socket read
+    timeout of its own): a pipeline cut off by that bound must leave no reply behind for a
+    later call to read as its own. After the freeze, a fresh key counts down exactly."""
+    server = server_factory("redis")
+    store = AsyncRedisStore.from_url(server.url, timeout=TIMEOUT, breaker_failures=100,
+                                     breaker_cooldown=COOLDOWN)
+    slow = Limit("gcra", "1/h", burst=5, name="slow")
+    limiter = AsyncLimiter(slow, store, failure="open")
+    composite = AsyncLimiter([slow, Limit("fixed-window", "999/h", name="w", scope="global")],
+                             store, failure="open")
+    assert (await limiter.hit("warm")).allowed and (await composite.hit("warm")).allowed
+    server.pause()
+    try:
+        outs = await asyncio.gather(*(limiter.hit(f"k{i}") for i in range(32)),
+                                    *(composite.hit(f"c{i}") for i in range(32)))
+        assert all(o.degraded for o in outs)
+    finally:
+        server.resume()
+    t0 = time.monotonic()
+    while (await limiter.hit("probe")).degraded:
+        assert time.monotonic() - t0 < 5
+        await asyncio.sleep(0.02)
+    got = await asyncio.gather(*(limiter.hit("fresh") for _ in range(6)))
+    assert [(d.allowed, d.remaining, d.degraded) for d in got] == [
+        (True, 4, False), (True, 3, False), (True, 2, False), (True, 1, False),
+        (True, 0, False), (False, 0, False)]
+    assert [(await composite.hit("fresh-c")).remaining for _ in range(2)] == [4, 3]
+    await store.aclose()

@@ -422,6 +422,10 @@ class AsyncRedisStore(_RedisCore):
     def _from_target(cls, target: _Target, kw: dict[str, Any], timeout: float,
                      **options: Any) -> AsyncRedisStore:
         options.setdefault("timeout", timeout)
+        if options["timeout"] is not None and kw.get("socket_timeout") == timeout:
+            # The store bounds every round trip itself (`timeout`); a socket read timeout
+            # as well would cost an asyncio timer for each reply of every pipeline.
+            kw = {**kw, "socket_timeout": None}
         return cls(async_client(target, kw), _describe=options.pop("describe"),
                    _owns_client=True, **options)
 
