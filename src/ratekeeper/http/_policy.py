@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -52,8 +53,11 @@ from ..core import Failure, Limits, Op, Ticket, merge_decisions
 from ..policy._engine import Engine
 from ..policy._holder import PolicyHolder, Watcher
 from ..policy._http import (
+    Attribute,
+    Entry,
     Extra,
     HTTPCheck,
+    HTTPRoute,
     HTTPRules,
     PathPattern,
     Verdict,
@@ -62,7 +66,17 @@ from ..policy._http import (
     verdict_of,
 )
 from ..policy._loader import load_policies
-from ..policy._model import ConfigIssue, Policies, PolicyError, PolicyLimit, Rule
+from ..policy._model import (
+    ConfigIssue,
+    Domain,
+    Node,
+    Policies,
+    PolicyError,
+    PolicyLimit,
+    Rule,
+    Settings,
+    make_level,
+)
 from ..policy._request import ClientIP, IPNetwork, KeyFunc, RequestInfo, safe_key
 from ..stores import MemoryStore
 from ..stores._base import Check
@@ -268,6 +282,91 @@ class HTTPPolicy:
         if isinstance(policy, HTTPPolicy):
             return policy
         return cls(limits=policy)
+
+    def to_policies(self, *, failure: HTTPFailurePolicy = "open",
+                    fallback_share: float = 1.0) -> Policies:
+        """This policy as policies data (the model a policies file loads into): an
+        ``[http]`` part and one domain, ``http``, deciding exactly as the middleware decides
+        this policy. `ratekeeper serve`, replay and the middleware's file path can then run
+        a policy built in Python. Counter keys differ (``key=<key>`` in place of
+        ``<key>``), so the two do not share counters. `on_decision` is a middleware hook,
+        not part of the model.
+
+        Each distinct set of limits (a route's, or the defaults) is a rule of descriptor
+        ``[set=<n>, key=<key>]``; the key is the route's key function, else the policy's,
+        else the client's address, exactly as the middleware works it out.
+        """
+        return _policies_of(self, failure, fallback_share)
+
+
+def _policies_of(p: HTTPPolicy, failure: HTTPFailurePolicy, fallback_share: float
+                 ) -> Policies:
+    """`HTTPPolicy.to_policies`."""
+    default = _limits(p.limits, "limits")
+    sets: list[tuple[Limit, ...]] = []
+
+    def index_of(lims: tuple[Limit, ...]) -> int:
+        if lims not in sets:
+            sets.append(lims)
+        return sets.index(lims)
+
+    routes = p.routes
+
+    def key_of(req: RequestInfo) -> str:
+        # The middleware's key: the matched route's key function, else the policy's, else
+        # (or when it says None) the client's address.
+        fn = p.key
+        for r in routes:
+            if r.matches(req.method, req.path):
+                fn = r.key if r.key is not None else p.key
+                break
+        got = fn(req) if fn is not None else None
+        return p.client_ip.key_of(req.client_ip) if got is None else safe_key(str(got))
+
+    def cost_fn(c: Cost) -> Callable[[RequestInfo], float] | None:
+        return c if callable(c) else None
+
+    http_routes: list[HTTPRoute] = []
+    for j, r in enumerate(routes):
+        lims = _limits(r.limits, "route")
+        if r.mode == "add" and lims and not r.exempt:
+            names = {lim.name for lim in lims}
+            lims = (*(d for d in default if d.name not in names), *lims)
+        cost = r.cost if r.cost is not None else p.cost
+        desc: tuple[tuple[Entry, ...], ...] = ()
+        if lims and not r.exempt:
+            desc = ((Entry("set", value=str(index_of(lims))), Entry("key", "key")),)
+        http_routes.append(HTTPRoute(
+            f"route{j}", (r.pattern,), desc,
+            None if r.methods is None else frozenset(r.methods), mode="replace",
+            cost=None if callable(cost) else float(cost), exempt=r.exempt or not lims,
+            dry_run=r.dry_run, cost_fn=cost_fn(cost)))
+    defaults: tuple[tuple[Entry, ...], ...] = ()
+    if default:
+        defaults = ((Entry("set", value=str(index_of(default))), Entry("key", "key")),)
+    nodes = []
+    rules = []
+    for i, lims in enumerate(sets):
+        path = (("set", str(i)), ("key", None))
+        rule = Rule("http", f"set{i}", path, tuple(
+            PolicyLimit(lim, () if lim.scope == "global" else ("key",)) for lim in lims))
+        rules.append(rule)
+        leaf = Node("key", None, rule, make_level(()))
+        nodes.append(Node("set", str(i), None, make_level((leaf,))))
+    domain = Domain("http", make_level(nodes), tuple(rules), MappingProxyType({}))
+    rules_http = HTTPRules(
+        domain="http", descriptors=defaults, routes=tuple(http_routes),
+        attributes={"key": Attribute("key", hook=key_of)}, client_ip=p.client_ip,
+        exempt_paths=tuple(p.exempt_paths), exempt_networks=tuple(p.exempt_networks),
+        exempt_keys={"key": frozenset(p.exempt_keys)} if p.exempt_keys else {},
+        cost=1.0 if callable(p.cost) else float(p.cost), cost_fn=cost_fn(p.cost),
+        dry_run=p.dry_run, max_delay=p.max_delay, status=p.status,
+        legacy_headers=p.legacy_headers, degraded_header=p.degraded_header,
+        problem_type=p.problem_type, websockets=p.websockets)
+    settings = Settings(failure=failure, fallback_share=fallback_share,
+                        legacy_headers=p.legacy_headers)
+    return Policies(MappingProxyType({"http": domain}), settings, source=repr(p),
+                    http=rules_http)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

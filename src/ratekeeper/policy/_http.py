@@ -382,6 +382,9 @@ class HTTPRoute:
     exempt: bool = False
     dry_run: bool | None = None
     max_delay: float | None = None
+    #: The cost as a function of the request (a Python `HTTPPolicy`'s callable cost), over
+    #: `cost` and `method_costs`.
+    cost_fn: Callable[[RequestInfo], float] | None = None
     _paths: tuple[re.Pattern[str], ...] = field(init=False, repr=False)
     _hosts: tuple[re.Pattern[str], ...] | None = field(init=False, repr=False)
 
@@ -398,8 +401,10 @@ class HTTPRoute:
             return False
         return any(p.fullmatch(path) for p in self._paths)
 
-    def cost_of(self, method: str, default: float) -> float:
-        c = self.method_costs.get(method)
+    def cost_of(self, req: RequestInfo, default: float) -> float:
+        if self.cost_fn is not None:
+            return float(self.cost_fn(req))
+        c = self.method_costs.get(req.method)
         if c is not None:
             return c
         return default if self.cost is None else self.cost
@@ -464,6 +469,8 @@ class HTTPRules:
     problem_type: str = "about:blank"
     websockets: bool = False
     limits_for: LimitsHook | None = None
+    #: The default cost as a function of the request (a Python `HTTPPolicy`'s), over `cost`.
+    cost_fn: Callable[[RequestInfo], float] | None = None
     _cover: HTTPRoute | None = field(init=False, repr=False)
     _exempt_paths: tuple[re.Pattern[str], ...] = field(init=False, repr=False)
     _exempt_nets: tuple[IPNetwork, ...] = field(init=False, repr=False)
@@ -564,9 +571,11 @@ class HTTPRules:
         if extra_cost is not None:
             cost, dry, max_delay = extra_cost, self.dry_run, self.max_delay
         elif route is None:
-            cost, dry, max_delay = self.cost, self.dry_run, self.max_delay
+            cost = self.cost if self.cost_fn is None else float(self.cost_fn(req))
+            dry, max_delay = self.dry_run, self.max_delay
         else:
-            cost = route.cost_of(method, self.cost)
+            cost = route.cost_of(req, self.cost if self.cost_fn is None
+                                 else float(self.cost_fn(req)))
             dry = self.dry_run if route.dry_run is None else route.dry_run
             max_delay = self.max_delay if route.max_delay is None else route.max_delay
         return HTTPCheck(self.domain, tuple(out), cost, dry, max_delay, route_name, req)
