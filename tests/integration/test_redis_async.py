@@ -160,3 +160,25 @@ async def test_async_inspection_matches_the_sync_store(target: StoreTarget) -> N
         assert await store.astate(hourly, "u1") == sync.state(hourly, "u1") == (0, 2.0)
         (a,), (b,) = await store.ainspect([per_key], "u1", 7.0), sync.inspect([per_key], "u1", 7.0)
         assert a._replace(ttl=None) == b._replace(ttl=None) and a.state == 7.2
+
+
+@pytest.mark.parametrize("algorithm", ["token-bucket", "gcra", "leaky-bucket", "fixed-window",
+                                       "sliding-window-log", "sliding-window-counter"])
+async def test_bound_hit_decides_as_the_memory_store(target: StoreTarget,
+                                                     algorithm: str) -> None:
+    """`AsyncRedisStore.abind` (the one-limit hot path: arguments encoded once, sent
+    coalesced) answers a trace as a `MemoryStore` does: keys that need encoding, costs
+    above one, concurrent requests, on a client clock."""
+    lim = Limit(algorithm, "4/s") if "window" in algorithm else Limit(algorithm, "4/s", burst=4)
+    clock = ManualClock(50.0)
+    on_memory = AsyncLimiter(lim, MemoryStore(), clock=clock, failure="raise")
+    keys = ["a", "b}c%", "a", "d{e", "b}c%"]
+    async with open_store(target, client_clock=True) as store:
+        on_redis = AsyncLimiter(lim, store, clock=clock, failure="raise")
+        for i in range(12):
+            clock.set(50.0 + i * 0.11)
+            cost = 1 + i % 3
+            got = await asyncio.gather(*(on_redis.hit(k, cost) for k in keys))
+            want = [await on_memory.hit(k, cost) for k in keys]
+            assert got == want, i
+        assert await store.astate(lim, "b}c%") is not None

@@ -49,7 +49,7 @@ class _Call(NamedTuple):
 
     script: Script | None
     keys: list[str]
-    args: list[str]
+    args: list[Any]  # str, or bytes a bound hot path encoded once
     command: str = ""
 
 

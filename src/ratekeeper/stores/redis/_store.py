@@ -595,7 +595,41 @@ class AsyncRedisStore(_RedisCore):
                 raise value
             return parse(value, limit)
 
-        return decide
+        if self.cluster:  # (a breaker per node: `_attempt` finds it)
+            return decide
+        # One server: `RedisStore.bind`'s arguments (encoded once), sent with the breaker
+        # read through `clean`, without `_attempt`'s frames.
+        params = tuple(a.encode() for a in self._one_params(limit))
+        script = ONE[limit.algorithm]
+        head, tail = self.prefix + "{", "}" + _suffix(limit)
+        client_clock, fast = self.uses_client_clock, script.straight
+        min_ms = self._min_ms.encode()
+        grace_ms = (self._grace_ms if client_clock else "0").encode()
+        rest = params + tuple(a.encode() for a in self._fast_tail(""))
+        breaker, failed, short_circuit = self._breaker, self._failed, self._short_circuit
+        submit, send = self._submit, self._send
+
+        async def decide_one(key: str, cost: float, now: float) -> Decision:
+            if "%" in key or "}" in key:
+                key = _encode_key(key)
+            c = b"1" if cost == 1 else repr(cost)
+            if fast:
+                args = [c, *params, min_ms, repr(float(now)), grace_ms] if client_clock \
+                    else [c, *rest]
+            else:
+                args = [repr(float(now)) if client_clock else b"", c, min_ms, grace_ms, *params]
+            call = _Call(script, [head + key + tail], args)
+            if not breaker.clean:
+                short_circuit(breaker)  # raises while open, or lets this call probe
+            try:
+                reply = await (submit(call) if self.coalesce else send(call))
+            except Exception as e:
+                raise failed(breaker, e) from e
+            if not breaker.clean:
+                breaker.success()
+            return parse(reply, limit)
+
+        return decide_one
 
     async def adecide(self, checks: Sequence[Check], now: float,
                       consume: bool = True) -> tuple[list[Decision], float]:
