@@ -197,9 +197,10 @@ class RedisStore(_RedisCore):
         Everything that does not depend on the call is computed once here: the script, the
         key's prefix and suffix, and the limit's arguments, already encoded (redis-py sends
         bytes as they are). On a single server the call goes straight to the client's
-        EVALSHA (NOSCRIPT: EVAL, once; FCALL for a script with a library function), with the breaker consulted only through one
-        attribute read (`CircuitBreaker.clean`) while nothing is wrong; a cluster, or the
-        deny cache, takes the general path (`decide_one`).
+        EVALSHA (NOSCRIPT: EVAL, once; FCALL for a script with a library function), with
+        the breaker consulted only through one attribute read (`CircuitBreaker.clean`)
+        while nothing is wrong; a cluster, or the deny cache, takes the general path
+        (`decide_one`).
         """
         params = tuple(a.encode() for a in self._one_params(limit))
         script = ONE[limit.algorithm]
