@@ -152,3 +152,22 @@ def test_headers_are_latin1_safe_for_any_name() -> None:
     for _, value in rejection_headers(rejected(1.0, 1.0, lim), legacy=True):
         value.encode("latin-1")
         assert value.isprintable()
+
+
+def test_policy_items_of_limits_sharing_a_name_stay_their_own() -> None:
+    # The RateLimit-Policy item is remembered per Limit object: a reloaded limit keeping its
+    # name but not its numbers must advertise its own numbers, each time it is asked.
+    old = Limit("fixed-window", "100/minute", name="api")
+    new = Limit("fixed-window", "5/s", name="api")
+    for _ in range(2):
+        assert dict(ratelimit_headers(allowed(1, 1.0, old)))["RateLimit-Policy"] == \
+            '"api";q=100;w=60'
+        assert dict(ratelimit_headers(allowed(1, 1.0, new)))["RateLimit-Policy"] == \
+            '"api";q=5;w=1'
+        assert dict(ratelimit_headers(allowed(1, 1.0, new), policies=[new]))[
+            "RateLimit-Policy"] == '"api";q=5;w=1'
+
+
+def test_sf_string_quotes_the_same_way_when_asked_again() -> None:
+    for _ in range(2):
+        assert sf_string('a"b\\c%é') == '"a\\"b\\\\c%25%C3%A9"'

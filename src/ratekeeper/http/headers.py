@@ -79,6 +79,9 @@ def sf_string(value: str) -> str:
     is replaced by ``%XX`` percent-encoding of its UTF-8 bytes, and ``%`` itself by ``%25``,
     so the mapping is reversible with `urllib.parse.unquote`.
     """
+    known = _SF.get(value)
+    if known is not None:
+        return known
     out = []
     for ch in value:
         if ch == "%" or not (" " <= ch <= "~"):
@@ -87,11 +90,32 @@ def sf_string(value: str) -> str:
             out.append("\\" + ch)
         else:
             out.append(ch)
-    return '"' + "".join(out) + '"'
+    quoted = '"' + "".join(out) + '"'
+    if len(value) <= _MAX_CACHED_NAME:
+        if len(_SF) >= _CACHE_SIZE:
+            _SF.clear()  # many distinct names (reloads, tests): stay bounded
+        _SF[value] = quoted
+    return quoted
+
+
+#: Limit names are few and every response quotes them: quoted once (bounded, see sf_string).
+_SF: dict[str, str] = {}
+#: Limit -> its RateLimit-Policy item: constant for a Limit, which is immutable; keyed by
+#: id and holding the Limit, so an id is never mistaken for a later object's.
+_ITEMS: dict[int, tuple[Limit, str]] = {}
+_CACHE_SIZE = 1024
+_MAX_CACHED_NAME = 256
 
 
 def _policy_item(limit: Limit) -> str:
-    return f"{sf_string(limit.name)};q={limit.quota};w={_ceil_seconds(limit.window)}"
+    known = _ITEMS.get(id(limit))
+    if known is not None and known[0] is limit:
+        return known[1]
+    item = f"{sf_string(limit.name)};q={limit.quota};w={_ceil_seconds(limit.window)}"
+    if len(_ITEMS) >= _CACHE_SIZE:
+        _ITEMS.clear()
+    _ITEMS[id(limit)] = (limit, item)
+    return item
 
 
 def ratelimit_headers(
@@ -113,12 +137,17 @@ def ratelimit_headers(
     lim = decision.limit
     if lim is None:
         return []
-    items: list[str] = []
-    seen: set[str] = set()
-    for p in (*(policies or ()), lim):
-        if p.name not in seen:
-            seen.add(p.name)
-            items.append(_policy_item(p))
+    if not policies or (isinstance(policies, (tuple, list)) and len(policies) == 1
+                        and policies[0] is lim):
+        policy = _policy_item(lim)  # the common case: one limit, one cached item
+    else:
+        items: list[str] = []
+        seen: set[str] = set()
+        for p in (*policies, lim):
+            if p.name not in seen:
+                seen.add(p.name)
+                items.append(_policy_item(p))
+        policy = ", ".join(items)
     remaining = max(0, int(decision.remaining))
     reset = _ceil_seconds(decision.reset_after)
     if not decision.allowed:
@@ -126,7 +155,7 @@ def ratelimit_headers(
         # the same instant when both are sent).
         reset = max(reset, retry_after_seconds(decision) or 0)
     out: Headers = [
-        ("RateLimit-Policy", ", ".join(items)),
+        ("RateLimit-Policy", policy),
         ("RateLimit", f"{sf_string(lim.name)};r={remaining};t={reset}"),
     ]
     if legacy:

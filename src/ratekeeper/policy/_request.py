@@ -137,6 +137,24 @@ def _parse_ip(text: str) -> IPAddress | None:
     Accepts ``192.0.2.1``, ``192.0.2.1:8080``, ``2001:db8::1``, ``[2001:db8::1]``,
     ``[2001:db8::1]:443`` and a quoted form of each; zone ids are dropped.
     """
+    # Every request parses its peer's address, and clients come back: remembered per text
+    # (bounded), which also gives `ClientIP.key_of` the same object to remember its key by.
+    try:
+        return _IPS[text]
+    except KeyError:
+        pass
+    addr = _parse_ip_text(text)
+    if len(_IPS) >= _IPS_SIZE:
+        _IPS.clear()
+    _IPS[text] = addr
+    return addr
+
+
+_IPS: dict[str, IPAddress | None] = {}
+_IPS_SIZE = 8192
+
+
+def _parse_ip_text(text: str) -> IPAddress | None:
     s = text.strip()
     if len(s) >= 2 and s[0] == '"' and s[-1] == '"':
         s = s[1:-1]
@@ -197,6 +215,7 @@ class ClientIP:
     """
 
     __slots__ = (
+        "_keys",
         "_trust_unix",
         "_trusted",
         "header",
@@ -253,6 +272,8 @@ class ClientIP:
         self.ipv4_prefix = ipv4_prefix
         self.max_hops = max_hops
         self.max_header_length = max_header_length
+        # id(address) -> (address, key): `_parse_ip` hands out one object per address text
+        self._keys: dict[int, tuple[IPAddress, str]] = {}
 
     def __repr__(self) -> str:
         trusted = [str(n) for n in self._trusted] + (["unix"] if self._trust_unix else [])
@@ -262,7 +283,7 @@ class ClientIP:
         )
 
     def is_trusted(self, addr: IPAddress) -> bool:
-        return any(addr in net for net in self._trusted)
+        return bool(self._trusted) and any(addr in net for net in self._trusted)
 
     def _chain(self, value: str) -> list[str]:
         """The entries of the forwarding header, left to right, read from its right end."""
@@ -302,11 +323,18 @@ class ClientIP:
         """The key for an address: its network of the configured size."""
         if addr is None:
             return "ip:unknown"
+        known = self._keys.get(id(addr))
+        if known is not None and known[0] is addr:
+            return known[1]
         prefix = self.ipv4_prefix if addr.version == 4 else self.ipv6_prefix
         if prefix == addr.max_prefixlen:
-            return f"ip:{addr}"
-        net = ipaddress.ip_network((addr, prefix), strict=False)
-        return f"ip:{net}"
+            key = f"ip:{addr}"
+        else:
+            key = f"ip:{ipaddress.ip_network((addr, prefix), strict=False)}"
+        if len(self._keys) >= _IPS_SIZE:
+            self._keys.clear()
+        self._keys[id(addr)] = (addr, key)
+        return key
 
     def __call__(self, request: RequestInfo) -> str:
         return self.key_of(self.resolve(request))
