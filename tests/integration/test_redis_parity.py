@@ -236,13 +236,11 @@ def test_one_limit_server_clock_agrees_with_python(standalone: StoreTarget,
         assert call.script is ONE[algorithm]
         assert len(call.args) == 3  # cost, r, b: the defaults are left off
         reply = client.evalsha(call.script.sha, 1, *call.keys, *call.args)
-        got = store._parse_one(reply, lim)
+        got = store._parse_one(reply, lim, 1.0)
         if algorithm == "gcra":
-            if got.allowed:
-                assert len(reply) == 3 and isinstance(reply[2], int)
-                at = reply[2] / 1e6
-            else:  # nothing changed: any time since the last admission gives the state;
-                continue  # the decision itself is checked on the admissions
+            # an admission {remaining, tat, now}, a rejection {tat, now}: now in microseconds
+            assert len(reply) == (3 if got.allowed else 2) and isinstance(reply[-1], int)
+            at = reply[-1] / 1e6
         else:
             state = store.state(lim, key)
             at = state[1] if state is not None else 0.0
@@ -382,7 +380,7 @@ def test_straight_line_scripts_decide_as_the_general_script(
         general_reply, general_expiry = client.evalsha(
             general_sha, 1, general_key, *pin, now_arg, "1", "1", GRACE_MS,
             algo_id, repr(float(cost)), p1, p2, "0")
-        got = store._parse_one(fast_reply, limit)
+        got = store._parse_one(fast_reply, limit, float(cost))
         (want,), at, _ = store._parse_check(general_reply, [(limit, "general", float(cost))])
         where = (i, cost, us, fast_reply, general_reply)
         assert at == us / 1e6, where  # the general script decided at the pinned instant

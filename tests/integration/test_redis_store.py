@@ -586,11 +586,14 @@ def test_a_garbage_reply_is_a_store_error(standalone: StoreTarget) -> None:
                  "return {1, '0', false, '0', '0'}", "return {1, 0, false, '0'}",
                  # one_gcra.lua's admission: {remaining, tat, now}
                  "return {-1, '2', 3}", "return {1, 'x', 3}", "return {1, 'inf', 3}",
-                 "return {1, '2', 'x'}", "return {'1', '2', 3}", "return {1, '2'}"):
+                 "return {1, '2', 'x'}", "return {'1', '2', 3}", "return {1, '2'}",
+                 # its rejection: {tat, now}
+                 "return {'x', 3}", "return {'inf', 3}", "return {'2', 'x'}",
+                 "return {'2', 'inf'}", "return {'2'}"):
         # What a real server sends back for such a script, through the store's parsers.
         reply = client.eval(junk, 0)
         with pytest.raises(StoreError, match="unexpected reply"):
-            store._parse_one(reply, lim)
+            store._parse_one(reply, lim, 1.0)
         with pytest.raises(StoreError, match="unexpected reply"):
             store._parse_check(reply, [(lim, "k", 1.0)])
     assert _lua.CHECK.sha != _lua.REFUND.sha

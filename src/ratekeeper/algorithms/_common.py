@@ -106,6 +106,12 @@ class RedisCodec(NamedTuple):
     #: admission reply (``{remaining, ...}``); None: the script answers one.lua's five values.
     #: Raises ValueError (or TypeError) for any other shape.
     fast_reset: Callable[[list[Any], Limit], float] | None = None
+    #: With `fast_script`, optionally: ``fast_reject(reply, limit, cost) -> (remaining,
+    #: retry_after, reset_after)`` of its short rejection reply (``{<state>, now}``: the
+    #: state the script decided on, so that it formats no float); None: one.lua's five
+    #: values. Raises ValueError (or TypeError) for any other shape.
+    fast_reject: Callable[[list[Any], Limit, float], tuple[int, float | None, float]] | None = \
+        None
 
 
 class Algorithm(NamedTuple):

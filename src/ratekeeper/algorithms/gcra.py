@@ -97,8 +97,25 @@ def fast_reset(reply: list[Any], limit: Limit) -> float:
     return float(reply[1]) - (now / 1e6 if now.__class__ is int else float(now))
 
 
+def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float | None, float]:
+    """one_gcra.lua answers a rejection on a stored tat with ``{tat, now}`` (as stored, and
+    as `fast_reset`'s now): (remaining, retry_after, reset_after) are `decide`'s rejection,
+    the same float operations on the same values."""
+    if len(reply) != 2:
+        raise ValueError("not a rejection of one_gcra.lua")
+    now = reply[1]
+    now = now / 1e6 if now.__class__ is int else float(now)
+    tat = float(reply[0])
+    if tat < now:
+        tat = now
+    tokens = limit.capacity - (tat - now) * limit.per_second
+    retry = None if cost > limit.capacity else -(tokens - cost) / limit.per_second
+    rem = (tokens + EPS).__trunc__() if tokens > 0.0 else 0
+    return rem, retry, tat - now
+
+
 ALGORITHM = Algorithm("gcra", decide, refund, ttl, LimitRules(
     "the token bucket's decisions with one timestamp of state (GCRA)",
     bucket_params), RedisCodec(
     id=2, tag="gcra", script="gcra.lua", params=lua_params, from_redis=from_redis,
-    fast_script="one_gcra.lua", fast_reset=fast_reset))
+    fast_script="one_gcra.lua", fast_reset=fast_reset, fast_reject=fast_reject))

@@ -19,8 +19,11 @@
 -- Reply:    admitted: {remaining (integer), tat, now} (retry_after and delay are 0;
 --           reset_after = tat - now, computed by the client: one float formatted less here):
 --           now is ARGV[5] as given, or the server's clock as whole microseconds (an integer);
---           rejected: {0, remaining, retry_after (nil = never), reset_after, delay}, as
---           one.lua. Fractional numbers as '%.17g' strings ('0' for zero).
+--           rejected, the key holding a tat: {tat as stored, now} (the client computes
+--           remaining, retry_after and reset_after from them as gcra.py does: gcra.py's
+--           fast_reject; two floats formatted less); rejected on an absent key (a cost
+--           above the capacity): {0, remaining, retry_after (nil = never), reset_after,
+--           delay}, as one.lua. Fractional numbers as '%.17g' strings ('0' for zero).
 
 local now_text, now, now_us = ARGV[5], nil, nil
 if now_text == nil or now_text == '' then
@@ -72,6 +75,9 @@ if left >= 0 or (-left / r < 1e-9 + math.min((b + 2.0) * math.abs(tat) * 2.22044
     rem = math.floor(left + 1e-9)  -- floor_remaining
   end
   return {rem, tat_text, now_text or now_us}
+end
+if v then
+  return {v, now_text or now_us}  -- rejected: the state it was decided on (see Reply)
 end
 local retry = false
 if not (cost > b) then

@@ -427,9 +427,10 @@ class _RedisCore:
         raise _bad_reply("the check script", reply)
 
     @staticmethod
-    def _parse_one(reply: Any, limit: Limit) -> Decision:
-        """A one-limit reply as a Decision (`one_parser`, for `limit`'s algorithm)."""
-        return _PARSE_ONE[limit.algorithm](reply, limit)
+    def _parse_one(reply: Any, limit: Limit, cost: float) -> Decision:
+        """A one-limit reply to a request of `cost` as a Decision (`one_parser`, for
+        `limit`'s algorithm)."""
+        return _PARSE_ONE[limit.algorithm](reply, limit, cost)
 
     @staticmethod
     def _parse_now(reply: Any) -> float:
@@ -544,7 +545,7 @@ class _RedisCore:
             hit = self._cached(check, t)
             if hit is not None:
                 return hit[0]
-        d = self._parse_one((yield self._one_call(limit, key, cost, now)), limit)
+        d = self._parse_one((yield self._one_call(limit, key, cost, now)), limit, cost)
         if deny is not None and not d.allowed:
             self._remember(check, t, [d])
         return d
@@ -812,33 +813,45 @@ class _RedisCore:
 # -----------------------------------------------------------------------------------------
 
 
-def one_parser(codec: RedisCodec) -> Callable[[Any, Limit], Decision]:
-    """The parser of one algorithm's one-limit replies, ``(reply, limit) -> Decision``:
-    the hot path, validated field by field like `_RedisCore._parse_check`.
+def one_parser(codec: RedisCodec) -> Callable[[Any, Limit, float], Decision]:
+    """The parser of one algorithm's one-limit replies, ``(reply, limit, cost) ->
+    Decision``: the hot path, validated field by field like `_RedisCore._parse_check`.
 
     one.lua answers ``{allowed, remaining, retry_after, reset_after, delay}``. A
     straight-line script answers an admission (retry_after and delay 0) with
     ``{remaining, ...}``: what reset_after is computed from (the codec's `fast_reset`, the
     same float operations as the script's and the Python algorithm's), which saves the
-    server formatting one float; its rejections are one.lua's shape.
+    server formatting one float; with a `fast_reject`, a rejection with ``{<state>, now}``,
+    the state it was decided on (text), from which the rest is computed the same way
+    (two floats formatted less); other rejections are one.lua's shape.
     """
-    fast_reset = codec.fast_reset
+    fast_reset, fast_reject = codec.fast_reset, codec.fast_reject
 
-    def parse(reply: Any, limit: Limit) -> Decision:
+    def parse(reply: Any, limit: Limit, cost: float) -> Decision:
         if reply.__class__ is not list:
             raise _bad_reply("the check script", reply)
         n = len(reply)
-        if fast_reset is not None and 1 < n < 4:
-            remaining, x = reply[0], reply[1]
-            if remaining.__class__ is int and remaining >= 0 and x.__class__ in _TEXT:
+        if 1 < n < 4 and fast_reset is not None:
+            first, x = reply[0], reply[1]
+            if first.__class__ is int:
+                if first >= 0 and x.__class__ in _TEXT:
+                    try:
+                        reset_after = fast_reset(reply, limit)
+                    except (TypeError, ValueError):
+                        pass
+                    else:
+                        if math.isfinite(reset_after):
+                            return new_decision(Decision, (True, first, 0.0, reset_after, 0.0,
+                                                           limit, False))
+            elif fast_reject is not None and first.__class__ in _TEXT:
                 try:
-                    reset_after = fast_reset(reply, limit)
+                    remaining, retry_after, reset_after = fast_reject(reply, limit, cost)
                 except (TypeError, ValueError):
                     pass
                 else:
-                    if math.isfinite(reset_after):
-                        return new_decision(Decision, (True, remaining, 0.0, reset_after, 0.0,
-                                                       limit, False))
+                    if math.isfinite(reset_after + (retry_after or 0.0)):
+                        return new_decision(Decision, (False, remaining, retry_after,
+                                                       reset_after, 0.0, limit, False))
         elif n == 5:
             allowed, remaining, retry, reset, delay = reply
             if allowed in (0, 1) and remaining.__class__ is int and remaining >= 0:

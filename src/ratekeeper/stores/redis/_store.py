@@ -251,7 +251,7 @@ class RedisStore(_RedisCore):
                 raise failed(breaker, e) from e
             if not breaker.clean:
                 breaker.success()
-            return parse(reply, limit)
+            return parse(reply, limit, cost)
 
         return decide_bound
 
@@ -594,7 +594,7 @@ class AsyncRedisStore(_RedisCore):
             ok, value = await attempt(one_call(limit, key, cost, now))
             if not ok:
                 raise value
-            return parse(value, limit)
+            return parse(value, limit, cost)
 
         if self.cluster:  # (a breaker per node: `_attempt` finds it)
             return decide
@@ -628,7 +628,7 @@ class AsyncRedisStore(_RedisCore):
                 raise failed(breaker, e) from e
             if not breaker.clean:
                 breaker.success()
-            return parse(reply, limit)
+            return parse(reply, limit, cost)
 
         return decide_one
 
