@@ -20,9 +20,12 @@ Layout (no module here does I/O but `_logs`):
 - `_compare`: `compare`, candidate policies side by side in one pass (a `Comparison`,
   ``to_json()``);
 - `_recommend`: `recommend`, rate and burst per limit for a target share of clients;
+- `_report`: `report_html` (one self-contained HTML file), `write_svgs`/`write_pngs` (the
+  charts as files; PNG needs the ``plot`` extra);
 - `_cli`: ``ratekeeper replay`` and ``ratekeeper recommend`` (the only other I/O).
 
-This package imports only the standard library and ratekeeper's values.
+This package imports only the standard library and ratekeeper's values (and matplotlib, for
+`write_pngs` only, when it is called).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from ._formats import (
 from ._logs import FORMATS, MAX_LINE, LogReader, Source, open_format, read_log
 from ._order import LATE_POLICIES, reorder
 from ._recommend import CurvePoint, LimitRecommendation, Recommendation, recommend
+from ._report import Chart, PlotExtraMissing, charts, report_html, write_pngs, write_svgs
 
 __all__ = [
     "COMBINED",
@@ -65,6 +69,7 @@ __all__ = [
     "NGINX_COMMON",
     "BadLine",
     "Candidate",
+    "Chart",
     "Comparison",
     "CurvePoint",
     "DelaySketch",
@@ -75,6 +80,7 @@ __all__ = [
     "LogFormat",
     "LogReader",
     "Malformed",
+    "PlotExtraMissing",
     "PolicyResult",
     "ReadStats",
     "Recommendation",
@@ -83,11 +89,15 @@ __all__ = [
     "SpaceSaving",
     "TopKey",
     "TraceFormat",
+    "charts",
     "compare",
     "open_format",
     "read_log",
     "recommend",
     "reorder",
+    "report_html",
     "unescape",
     "with_overrides",
+    "write_pngs",
+    "write_svgs",
 ]

@@ -3,12 +3,14 @@
 
     ratekeeper replay --policies A.toml [--policies B.toml ...] [--policy LIMIT.FIELD=VALUE,...]
                       --log FILE|- [--format F] [--gap 1] [--bucket 1] [--json OUT]
+                      [--html OUT] [--svg DIR] [--png DIR]
     ratekeeper recommend --log FILE|- [--policies P] [--target 99] [--window 60]
-                         [--format F] [--json OUT]
+                         [--format F] [--json OUT] [--html OUT] [--svg DIR] [--png DIR]
 
 Each ``--policy`` adds a candidate: the first ``--policies`` file with those limits changed
 (``--policy per-client.burst=40,per-client.rate=10/s``). A log's malformed lines are counted
 and shown on stderr, never fatal. The progress bar goes to stderr, only when it is a terminal.
+``--html`` writes the report (`_report`), ``--svg``/``--png`` its charts, one file each.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from typing import IO, Any
 
 from .._errors import RateKeeperError
 from ..policy import PolicyError, load_policies, parse_policies
-from ._compare import Candidate, client_resolver, compare, with_overrides
+from ._compare import Candidate, Comparison, client_resolver, compare, with_overrides
 from ._events import LogEvent, ReadStats
 from ._logs import LogReader, read_log
-from ._recommend import check_target, recommend
+from ._recommend import Recommendation, check_target, recommend
+from ._report import PlotExtraMissing, report_html, require_plot, write_pngs, write_svgs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -120,6 +123,14 @@ def _add_log(p: argparse.ArgumentParser) -> None:
                    help="seconds per point of the time series (default 1)")
     p.add_argument("--json", default=None, metavar="OUT",
                    help="also write every figure as JSON to OUT (- for stdout)")
+    p.add_argument("--html", default=None, metavar="OUT",
+                   help="also write the report to OUT: one HTML file that loads nothing "
+                   "(tables, charts, and the figures as JSON)")
+    p.add_argument("--svg", default=None, metavar="DIR",
+                   help="also write each chart of the report as DIR/<chart>.svg")
+    p.add_argument("--png", default=None, metavar="DIR",
+                   help="also write each chart as DIR/<chart>.png (needs matplotlib: "
+                   "pip install 'ratekeeper[plot]')")
 
 
 def add_replay(p: argparse.ArgumentParser) -> None:
@@ -169,7 +180,35 @@ def _stats_json(stats: ReadStats) -> dict[str, Any]:
             "examples": [str(e) for e in stats.examples]}
 
 
+def _check_png(cmd: str, args: argparse.Namespace) -> int:
+    """Before any work: ``--png`` without matplotlib says what to install."""
+    if args.png is not None:
+        try:
+            require_plot()
+        except PlotExtraMissing as e:
+            return _err(cmd, f"--png: {e} (--svg DIR)")
+    return 0
+
+
+def _write_report(cmd: str, args: argparse.Namespace, comparison: Comparison | None,
+                  rec: Recommendation | None, log: dict[str, Any]) -> int:
+    try:
+        if args.html is not None:
+            title = f"ratekeeper {cmd}: {'stdin' if args.log == '-' else args.log}"
+            Path(args.html).write_text(report_html(comparison, rec, title=title, log=log),
+                                       encoding="utf-8")
+        if args.svg is not None:
+            write_svgs(args.svg, comparison, rec)
+        if args.png is not None:
+            write_pngs(args.png, comparison, rec)
+    except OSError as e:
+        return _err(cmd, f"cannot write the report: {e}")
+    return 0
+
+
 def run_replay(args: argparse.Namespace) -> int:
+    if _check_png("replay", args):
+        return 2
     cands: list[Candidate] = []
     try:
         for path in args.policies:
@@ -199,7 +238,7 @@ def run_replay(args: argparse.Namespace) -> int:
     if args.json is not None:
         _write_json(args.json, {**result.to_json(), "log": _stats_json(reader.stats)})
     _report_stats("replay", reader.stats)
-    return 0
+    return _write_report("replay", args, result, None, _stats_json(reader.stats))
 
 
 def _unique(name: str, cands: list[Candidate]) -> str:
@@ -223,6 +262,8 @@ def _rereadable(source: str) -> Iterator[str]:
 
 
 def run_recommend(args: argparse.Namespace) -> int:
+    if _check_png("recommend", args):
+        return 2
     data = None
     if args.policies is not None:
         try:
@@ -259,4 +300,5 @@ def run_recommend(args: argparse.Namespace) -> int:
         _write_json(args.json, {**rec.to_json(), "log": _stats_json(last[0].stats)})
     if last:
         _report_stats("recommend", last[0].stats)
-    return 0
+    return _write_report("recommend", args, None, rec,
+                         _stats_json(last[0].stats) if last else {})
