@@ -259,7 +259,8 @@ def series_svg(p: PolicyResult) -> str:
     svg = _Svg(title, "series")
     n = len(s.offered)
     xa = _Axis(0.0, max(n * s.width, s.width), LEFT, WIDTH - RIGHT)
-    ya = _Axis(0.0, _nice_max(max(s.offered, default=0)), HEIGHT - BOTTOM, TOP)
+    # counts: at least 0..5, so that the ticks are whole requests
+    ya = _Axis(0.0, _nice_max(max([*s.offered, 5])), HEIGHT - BOTTOM, TOP)
     start = "" if s.t0 is None else " from " + _utc(s.t0)
     svg.axes(xa, ya, f"seconds{start}", "requests")
     svg.legend([(k, COLORS[k]) for k in KINDS])
@@ -288,7 +289,7 @@ def bursts_svg(lim: LimitRecommendation) -> str:
     title = f"{lim.name}: burst each key needs at {lim.rate_text}"
     svg = _Svg(title, "bursts")
     xa = _burst_axis(max((b.hi for b in bins), default=lim.burst), LEFT, WIDTH - RIGHT)
-    ya = _Axis(0.0, _nice_max(max((b.keys for b in bins), default=0)), HEIGHT - BOTTOM, TOP)
+    ya = _Axis(0.0, _nice_max(max([b.keys for b in bins] + [5])), HEIGHT - BOTTOM, TOP)
     svg.axes(xa, ya, "burst needed (requests)" + (", log scale" if xa.log else ""), "keys")
     for b in bins:
         x0, x1 = xa(b.lo - 0.5), xa(b.hi + 0.5)
@@ -302,9 +303,10 @@ def bursts_svg(lim: LimitRecommendation) -> str:
     svg.add(f'<line data-burst="{lim.burst}" x1="{_f(mx)}" y1="{_f(ya.p0)}" x2="{_f(mx)}" '
             f'y2="{_f(ya.p1)}" stroke="{COLORS["chosen"]}" stroke-width="2" '
             'stroke-dasharray="6 3"/>')
-    svg.text(min(mx + 6, WIDTH - RIGHT - 4), ya.p1 + 14,
+    right = mx < WIDTH * 0.6
+    svg.text(mx + 6 if right else mx - 6, ya.p1 - 8,  # above the bars
              f"burst {lim.burst}: {lim.keys_affected} of {lim.keys} keys capped",
-             anchor="start" if mx < WIDTH * 0.6 else "end", color=COLORS["chosen"])
+             anchor="start" if right else "end", color=COLORS["chosen"])
     return svg.done()
 
 
@@ -338,8 +340,9 @@ def tradeoff_svg(lim: LimitRecommendation) -> str:
     svg.add(f'<circle data-burst="{lim.burst}" data-share="{share!r}" cx="{_f(cx)}" '
             f'cy="{_f(cy)}" r="6" fill="{COLORS["chosen"]}" stroke="#ffffff" '
             'stroke-width="1.5"/>')
-    svg.text(cx + 9, cy - 9, f"burst {lim.burst}: {share:.1%}", color=COLORS["chosen"],
-             anchor="start" if cx < WIDTH * 0.6 else "end")
+    right = cx < WIDTH * 0.6
+    svg.text(cx + 9 if right else cx - 9, cy - 9, f"burst {lim.burst}: {share:.1%}",
+             color=COLORS["chosen"], anchor="start" if right else "end")
     svg.legend(legend)
     return svg.done()
 
