@@ -432,3 +432,16 @@ def test_the_report_renders_in_headless_chromium(tmp_path: Path, comparison: Com
     # in their exact colours (solid fills, so some pixels are not anti-aliased).
     assert colours[_rgb(COLORS["bar"])] > 2000, colours.most_common(8)
     assert colours[_rgb(COLORS["chosen"])] > 20, colours.most_common(8)
+
+
+def test_an_empty_log_still_makes_a_valid_report() -> None:
+    from ratekeeper.replay._recommend import per_client_policies  # noqa: PLC0415
+
+    c = compare([Candidate("x", parse_policies(per_client_policies()))], [])
+    root = _xml(report_html(c))
+    (svg,) = _svgs(root, "series")
+    assert "no requests" in ET.tostring(svg, encoding="unicode")
+    assert not list(svg.iter(f"{SVG}polyline"))
+    r = recommend(lambda: [], target=0.99)
+    data = json.loads(next(iter(_xml(report_html(recommendation=r)).iter("script"))).text or "")
+    assert data["recommendation"]["limits"] == [] and data["comparison"] is None
