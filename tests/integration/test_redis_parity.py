@@ -222,7 +222,8 @@ def test_one_limit_server_clock_agrees_with_python(standalone: StoreTarget,
                                                   algorithm: str) -> None:
     """The straight-line one-limit scripts on the server clock: their raw reply carries the
     `now` the server used (gcra: microseconds, an admission's third value; token-bucket: the
-    state's `last`), and the decision parsed from it is the pure function's at that time."""
+    state's `last`; a rejection of either: microseconds, its last value), and the decision
+    parsed from it is the pure function's at that time."""
     from ratekeeper.stores._lua import ONE  # noqa: PLC0415
 
     lim = Limit(algorithm, "50/s", burst=5)
@@ -241,11 +242,12 @@ def test_one_limit_server_clock_agrees_with_python(standalone: StoreTarget,
             # an admission {remaining, tat, now}, a rejection {tat, now}: now in microseconds
             assert len(reply) == (3 if got.allowed else 2) and isinstance(reply[-1], int)
             at = reply[-1] / 1e6
-        else:
+        elif got.allowed:
             state = store.state(lim, key)
             at = state[1] if state is not None else 0.0
-            if not got.allowed:
-                continue
+        else:  # a rejection {tokens, last, now}, now in microseconds
+            assert len(reply) == 3 and isinstance(reply[2], int)
+            at = reply[2] / 1e6
         want = memory.decide_one(lim, key, 1, at)
         assert got == want, (i, at, reply)
         assert store.state(lim, key) == normal(memory.state(lim, key), lim)

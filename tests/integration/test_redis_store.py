@@ -596,6 +596,11 @@ def test_a_garbage_reply_is_a_store_error(standalone: StoreTarget) -> None:
             store._parse_one(reply, lim, 1.0)
         with pytest.raises(StoreError, match="unexpected reply"):
             store._parse_check(reply, [(lim, "k", 1.0)])
+    # one_token_bucket.lua's rejection: {tokens, last, now}
+    for junk in ("return {'x', '1', 3}", "return {'1', 'nan', 3}", "return {'1', '1', 'x'}",
+                 "return {'1', '1'}", "return {'1', '1', 3, 4}"):
+        with pytest.raises(StoreError, match="unexpected reply"):
+            store._parse_one(client.eval(junk, 0), Limit("token-bucket", "1/s"), 1.0)
     assert _lua.CHECK.sha != _lua.REFUND.sha
 
 

@@ -19,8 +19,13 @@
 --           each call, so a server-clock store sends only ARGV[1..3].)
 -- Reply:    admitted: {remaining (integer), left} (retry_after and delay are 0;
 --           reset_after = (b - left) / r, computed by the client: one float formatted less
---           here); rejected: {0, remaining, retry_after (nil = never), reset_after, delay}, as
---           one.lua. Fractional numbers as '%.17g' strings ('0' for zero).
+--           here); rejected, the key holding a state: {tokens, last (both as stored), now}
+--           (now: ARGV[5] as given, or the server's clock as whole microseconds, an
+--           integer; the client computes remaining, retry_after and reset_after from them as
+--           token_bucket.py does: its fast_reject; two floats formatted less); rejected on
+--           an absent key (a cost above the capacity): {0, remaining, retry_after (nil =
+--           never), reset_after, delay}, as one.lua. Fractional numbers as '%.17g' strings
+--           ('0' for zero).
 
 local now_text, now, t = ARGV[5], nil, nil
 if now_text == nil or now_text == '' then
@@ -84,6 +89,9 @@ if left >= 0 or (-left / r < 1e-9 + math.min(2.0 * math.abs(now) * 2.22044604925
     rem = math.floor(left + 1e-9)  -- floor_remaining
   end
   return {rem, left_text}
+end
+if v[1] then  -- rejected: the state it was decided on (see Reply)
+  return {v[1], v[2], now_text or (tonumber(t[1]) * 1000000 + tonumber(t[2]))}
 end
 local retry = false
 if not (cost > b) then

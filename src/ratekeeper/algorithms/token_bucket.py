@@ -130,8 +130,30 @@ def fast_reset(reply: list[Any], limit: Limit) -> float:
     return (float(limit.capacity) - float(reply[1])) / float(limit.per_second)
 
 
+def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float | None, float]:
+    """one_token_bucket.lua answers a rejection on a stored state with ``{tokens, last,
+    now}`` (as stored; now as `gcra.fast_reject`'s): (remaining, retry_after, reset_after)
+    are `decide`'s rejection, the same float operations on the same values."""
+    if len(reply) != 3:
+        raise ValueError("not a rejection of one_token_bucket.lua")
+    now = reply[2]
+    now = now / 1e6 if now.__class__ is int else float(now)
+    r, b = limit.per_second, limit.capacity
+    tokens, last = float(reply[0]), float(reply[1])
+    behind = 0.0
+    if now >= last:
+        tokens += (now - last) * r
+        if tokens > b:
+            tokens = b
+    else:
+        behind = last - now
+    retry = None if cost > b else behind - (tokens - cost) / r
+    rem = (tokens + EPS).__trunc__() if tokens > 0.0 else 0
+    return rem, retry, behind + (b - tokens) / r
+
+
 ALGORITHM = Algorithm("token-bucket", decide, refund, ttl, LimitRules(
     "Go golang.org/x/time/rate AllowN: capacity `burst`, continuous refill",
     bucket_params), RedisCodec(
     id=1, tag="tb", script="token_bucket.lua", params=lua_params, from_redis=from_redis,
-    fast_script="one_token_bucket.lua", fast_reset=fast_reset))
+    fast_script="one_token_bucket.lua", fast_reset=fast_reset, fast_reject=fast_reject))
