@@ -34,7 +34,7 @@ from ratekeeper.replay import (
     write_svgs,
 )
 from ratekeeper.replay._compare import client_resolver
-from ratekeeper.replay._recommend import required_burst
+from ratekeeper.replay._recommend import per_client_policies, required_burst
 from ratekeeper.replay._report import COLORS, LIMIT_COLUMNS, TABLE_ROWS, burst_bins
 from tests.replay.make_sample import REPLAY_FORMAT
 from tests.replay.test_recommend import traffic
@@ -435,8 +435,6 @@ def test_the_report_renders_in_headless_chromium(tmp_path: Path, comparison: Com
 
 
 def test_an_empty_log_still_makes_a_valid_report() -> None:
-    from ratekeeper.replay._recommend import per_client_policies  # noqa: PLC0415
-
     c = compare([Candidate("x", parse_policies(per_client_policies()))], [])
     root = _xml(report_html(c))
     (svg,) = _svgs(root, "series")
