@@ -670,8 +670,8 @@ class _PoliciesEngine:
         if self.watcher is not None:
             self.watcher.tick()
         snap = self.source()
-        hd = yield from decide_request(self.decider, snap, req, self.clock(),
-                                       tuple(_extra_of(r) for r in _route_limits(route)))
+        hd = yield from decide_request(self.decider, snap, req, self.clock(), () if route is None
+                                       else tuple(_extra_of(r) for r in _route_limits(route)))
         if hd is None:
             self.stats["exempt"] += 1
             return None

@@ -489,9 +489,13 @@ class Engine:
         middleware) decides these with one `core.hit`, skipping the per-descriptor
         statuses `plan` builds; the decision is the same (`plan`'s merged one)."""
         settings = snap.settings
-        cacheable = all(d.rule is None for d in descriptors)
-        if cacheable:
+        if len(descriptors) == 1:  # the common case, without the generators below
+            cacheable = descriptors[0].rule is None
+            ck: tuple[object, ...] = (id(snap), domain, hits, descriptors[0].entries)
+        else:
+            cacheable = all(d.rule is None for d in descriptors)
             ck = (id(snap), domain, hits, *(d.entries for d in descriptors))
+        if cacheable:
             hit = self._simple.get(ck)
             if hit is not None and hit[0] is snap:
                 if settings.fallback_share != self.failure.share:

@@ -492,7 +492,7 @@ class HTTPRules:
 
         `now` is the engine's clock (for cached hooks); `extra`, an endpoint decorator's
         limits (added to the descriptors, or replacing them)."""
-        if any(e.exempt for e in extras):
+        if extras and any(e.exempt for e in extras):
             return None
         path, method = req.path, req.method
         host = req.headers.get("host", "")
@@ -518,7 +518,7 @@ class HTTPRules:
             groups = route.descriptors
         else:
             groups = self.descriptors + route.descriptors
-        if any(e.mode == "replace" for e in extras):
+        if extras and any(e.mode == "replace" for e in extras):
             groups = ()
         if not groups and not extras:
             return None
@@ -567,7 +567,8 @@ class HTTPRules:
                                                                                 own)))
         if not out:
             return None
-        extra_cost = next((e.cost for e in extras if e.cost is not None), None)
+        extra_cost = None if not extras else \
+            next((e.cost for e in extras if e.cost is not None), None)
         if extra_cost is not None:
             cost, dry, max_delay = extra_cost, self.dry_run, self.max_delay
         elif route is None:
@@ -698,6 +699,8 @@ def decide_request(engine: Engine, snap: Policies, req: RequestInfo, now: float,
             return None
         d, limits, failure, ticket = (result.decision, result.policies, result.failure,
                                       result.ticket)
+    if d.allowed and d.delay == 0.0:  # the common case, as verdict_of decides it
+        return HTTPDecision(check, d, "allowed", limits, failure, result)
     d, verdict, refund = verdict_of(d, dry_run=check.dry_run, max_delay=check.max_delay)
     if refund and ticket is not None:
         try:
