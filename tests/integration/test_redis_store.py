@@ -589,18 +589,19 @@ def test_a_garbage_reply_is_a_store_error(standalone: StoreTarget) -> None:
                  "return {1, '2', 'x'}", "return {'1', '2', 3}", "return {1, '2'}",
                  # its rejection: {tat, now}
                  "return {'x', 3}", "return {'inf', 3}", "return {'2', 'x'}",
-                 "return {'2', 'inf'}", "return {'2'}"):
+                 "return {'2', 'inf'}", "return {'2'}", "return {'inf', 3}", "return {'-inf', 3}"):
         # What a real server sends back for such a script, through the store's parsers.
         reply = client.eval(junk, 0)
         with pytest.raises(StoreError, match="unexpected reply"):
             store._parse_one(reply, lim, 1.0)
         with pytest.raises(StoreError, match="unexpected reply"):
             store._parse_check(reply, [(lim, "k", 1.0)])
-    # one_token_bucket.lua's rejection: {tokens, last, now}
+    # one_token_bucket.lua's and one_fixed_window.lua's rejections: {<two fields>, now}
     for junk in ("return {'x', '1', 3}", "return {'1', 'nan', 3}", "return {'1', '1', 'x'}",
-                 "return {'1', '1'}", "return {'1', '1', 3, 4}"):
-        with pytest.raises(StoreError, match="unexpected reply"):
-            store._parse_one(client.eval(junk, 0), Limit("token-bucket", "1/s"), 1.0)
+                 "return {'1', '1'}", "return {'1', '1', 3, 4}", "return {'inf', '1', 3}"):
+        for other in (Limit("token-bucket", "1/s"), Limit("fixed-window", "1/s")):
+            with pytest.raises(StoreError, match="unexpected reply"):
+                store._parse_one(client.eval(junk, 0), other, 1.0)
     assert _lua.CHECK.sha != _lua.REFUND.sha
 
 

@@ -93,8 +93,27 @@ def from_redis(kind: str, value: Any) -> State:
     return int(float(k)), float(used)
 
 
+def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float | None, float]:
+    """one_fixed_window.lua answers a rejection on a stored state with ``{k, used, now}``
+    (as stored; now as `gcra.fast_reject`'s): (remaining, retry_after, reset_after) are
+    `decide`'s rejection, the same float operations on the same values."""
+    if len(reply) != 3:
+        raise ValueError("not a rejection of one_fixed_window.lua")
+    now = reply[2]
+    now = now / 1e6 if now.__class__ is int else float(now)
+    n, p = limit.capacity, limit.period
+    k, used = _window(now, p), 0.0
+    sk, sused = float(reply[0]), float(reply[1])
+    if not (math.isfinite(sk) and math.isfinite(sused)):
+        raise ValueError("not a state")
+    if sk >= k:
+        k, used = int(sk), sused
+    reset = (k + 1) * p - now
+    return floor_remaining(n - used), None if cost > n else reset, reset if used else 0.0
+
+
 ALGORITHM = Algorithm("fixed-window", decide, refund, ttl, LimitRules(
     "at most N per window [kP, (k+1)P)",
     window_params), RedisCodec(
     id=4, tag="fw", script="fixed_window.lua", params=lua_params, from_redis=from_redis,
-    fast_script="one_fixed_window.lua"))
+    fast_script="one_fixed_window.lua", fast_reject=fast_reject))

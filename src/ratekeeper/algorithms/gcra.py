@@ -22,6 +22,7 @@ clock can only make GCRA stricter, never looser.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._types import Decision, Limit
@@ -106,6 +107,8 @@ def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float
     now = reply[1]
     now = now / 1e6 if now.__class__ is int else float(now)
     tat = float(reply[0])
+    if not math.isfinite(tat):
+        raise ValueError("not a state")
     if tat < now:
         tat = now
     tokens = limit.capacity - (tat - now) * limit.per_second

@@ -16,16 +16,22 @@
 --           clock.   ARGV[6]  grace, whole ms >= 0; absent = 0.
 --           (Trailing defaults are left off: every argument costs the server a string.)
 -- Reply:    one.lua's: {allowed (0/1), remaining (integer), retry_after (nil = never),
---           reset_after, delay}; fractional numbers as '%.17g' strings ('0' for zero).
+--           reset_after, delay}; fractional numbers as '%.17g' strings ('0' for zero);
+--           except a rejection on a stored state: {k, used (both as stored), now} (now:
+--           ARGV[5] as given, or the server's clock as whole microseconds, an integer), from
+--           which the client computes the decision as fixed_window.py does (its
+--           fast_reject; a float formatted less).
 
-local now_text, now = ARGV[5], nil
+local now_text, now, now_us = ARGV[5], nil, nil
 if now_text == nil or now_text == '' then
   if redis.replicate_commands then
     redis.replicate_commands()  -- Redis < 7: replicate effects, so TIME may precede writes
   end
   local t = redis.call('TIME')
+  now_text = nil
   -- exactly tonumber('<s>.<us, 6 digits>') (see _common.lua's clock)
-  now = (tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000000
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = now_us / 1000000
 else
   now = tonumber(now_text)
 end
@@ -49,6 +55,9 @@ if v[1] or v[2] then
   end
 end
 local reset = (k + 1) * p - now
+if not (used + cost <= n + 1e-9) and v[1] then
+  return {v[1], v[2], now_text or now_us}  -- rejected: the state it was decided on
+end
 local reset_text = '0'
 if reset ~= 0 then
   reset_text = string.format('%.17g', reset)

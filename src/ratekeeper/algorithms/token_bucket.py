@@ -24,6 +24,7 @@ fourth gets ``retry_after=1.0``; at t=1 one passes; at t=10 the bucket is full a
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._types import Decision, Limit
@@ -140,6 +141,8 @@ def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float
     now = now / 1e6 if now.__class__ is int else float(now)
     r, b = limit.per_second, limit.capacity
     tokens, last = float(reply[0]), float(reply[1])
+    if not (math.isfinite(tokens) and math.isfinite(last)):
+        raise ValueError("not a state")
     behind = 0.0
     if now >= last:
         tokens += (now - last) * r

@@ -831,10 +831,10 @@ def one_parser(codec: RedisCodec) -> Callable[[Any, Limit, float], Decision]:
         if reply.__class__ is not list:
             raise _bad_reply("the check script", reply)
         n = len(reply)
-        if 1 < n < 4 and fast_reset is not None:
+        if 1 < n < 4:
             first, x = reply[0], reply[1]
             if first.__class__ is int:
-                if first >= 0 and x.__class__ in _TEXT:
+                if fast_reset is not None and first >= 0 and x.__class__ in _TEXT:
                     try:
                         reset_after = fast_reset(reply, limit)
                     except (TypeError, ValueError):
@@ -846,7 +846,7 @@ def one_parser(codec: RedisCodec) -> Callable[[Any, Limit, float], Decision]:
             elif fast_reject is not None and first.__class__ in _TEXT:
                 try:
                     remaining, retry_after, reset_after = fast_reject(reply, limit, cost)
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, OverflowError):
                     pass
                 else:
                     if math.isfinite(reset_after + (retry_after or 0.0)):
