@@ -596,6 +596,10 @@ def test_a_garbage_reply_is_a_store_error(standalone: StoreTarget) -> None:
             store._parse_one(reply, lim, 1.0)
         with pytest.raises(StoreError, match="unexpected reply"):
             store._parse_check(reply, [(lim, "k", 1.0)])
+    for junk in ("return {'x', '1', '1', 3}", "return {'1', '1', 'inf', 3}",
+                 "return {'1', '1', '1', 'x'}", "return {'1', '1', '1'}"):
+        with pytest.raises(StoreError, match="unexpected reply"):
+            store._parse_one(client.eval(junk, 0), Limit("sliding-window-counter", "1/s"), 1.0)
     # one_token_bucket.lua's and one_fixed_window.lua's rejections: {<two fields>, now}
     for junk in ("return {'x', '1', 3}", "return {'1', 'nan', 3}", "return {'1', '1', 'x'}",
                  "return {'1', '1'}", "return {'1', '1', 3, 4}", "return {'inf', '1', 3}"):

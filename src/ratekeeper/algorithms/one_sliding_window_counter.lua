@@ -17,16 +17,22 @@
 --           clock.   ARGV[6]  grace, whole ms >= 0; absent = 0.
 --           (Trailing defaults are left off: every argument costs the server a string.)
 -- Reply:    one.lua's: {allowed (0/1), remaining (integer), retry_after (nil = never),
---           reset_after, delay}; fractional numbers as '%.17g' strings ('0' for zero).
+--           reset_after, delay}; fractional numbers as '%.17g' strings ('0' for zero);
+--           except a rejection on a stored state: {k, prev, curr (as stored), now} (now:
+--           ARGV[5] as given, or the server's clock as whole microseconds, an integer), from
+--           which the client computes the decision as sliding_window_counter.py does (its
+--           fast_reject; two floats formatted less).
 
-local now_text, now = ARGV[5], nil
+local now_text, now, now_us = ARGV[5], nil, nil
 if now_text == nil or now_text == '' then
   if redis.replicate_commands then
     redis.replicate_commands()  -- Redis < 7: replicate effects, so TIME may precede writes
   end
   local t = redis.call('TIME')
+  now_text = nil
   -- exactly tonumber('<s>.<us, 6 digits>') (see _common.lua's clock)
-  now = (tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000000
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = now_us / 1000000
 else
   now = tonumber(now_text)
 end
@@ -64,6 +70,9 @@ if elapsed < 0 then
   elapsed = 0
 end
 local est = prev * (p - elapsed) / p + curr
+if not (est + cost <= n + 1e-9) and v[1] then
+  return {v[1], v[2], v[3], now_text or now_us}  -- rejected: the state it was decided on
+end
 local start = k * p
 if est + cost <= n + 1e-9 then
   curr = curr + cost

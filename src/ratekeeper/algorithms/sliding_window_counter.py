@@ -123,8 +123,39 @@ def from_redis(kind: str, value: Any) -> State:
     return int(float(k)), float(prev), float(curr)
 
 
+def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float | None, float]:
+    """one_sliding_window_counter.lua answers a rejection on a stored state with ``{k, prev,
+    curr, now}`` (as stored; now in whole microseconds on the server's clock): (remaining,
+    retry_after, reset_after) are `decide`'s rejection, the same float operations on the
+    same values (its rejection branch, repeated here)."""
+    if len(reply) != 4:
+        raise ValueError("not a rejection of one_sliding_window_counter.lua")
+    now = reply[3]
+    now = now / 1e6 if now.__class__ is int else float(now)
+    sk, sp, sc = float(reply[0]), float(reply[1]), float(reply[2])
+    if not (math.isfinite(sk) and math.isfinite(sp) and math.isfinite(sc)):
+        raise ValueError("not a state")
+    n = limit.capacity
+    p = limit.period
+    k, prev, curr = _roll((int(sk), sp, sc), now, p)
+    est = _estimate(k, prev, curr, now, p)
+    start = k * p
+    retry: float | None = None
+    if cost <= n:
+        if curr + cost <= n:
+            e = p - (n - curr - cost) * p / prev
+            retry = start + e - now
+        else:
+            e = p - (n - cost) * p / curr
+            retry = start + p + e - now
+        retry = max(retry, 0.0)
+    reset = (start + 2 * p if curr else start + p if prev else now) - now
+    return floor_remaining(n - est), retry, reset
+
+
 ALGORITHM = Algorithm("sliding-window-counter", decide, refund, ttl, LimitRules(
     "Cloudflare's estimate prev*(P-elapsed)/P + curr <= N",
     window_params), RedisCodec(
     id=6, tag="swc", script="sliding_window_counter.lua", params=lua_params,
-    from_redis=from_redis, fast_script="one_sliding_window_counter.lua"))
+    from_redis=from_redis, fast_script="one_sliding_window_counter.lua",
+    fast_reject=fast_reject))

@@ -831,7 +831,7 @@ def one_parser(codec: RedisCodec) -> Callable[[Any, Limit, float], Decision]:
         if reply.__class__ is not list:
             raise _bad_reply("the check script", reply)
         n = len(reply)
-        if 1 < n < 4:
+        if 1 < n < 5:
             first, x = reply[0], reply[1]
             if first.__class__ is int:
                 if fast_reset is not None and first >= 0 and x.__class__ in _TEXT:
@@ -846,7 +846,7 @@ def one_parser(codec: RedisCodec) -> Callable[[Any, Limit, float], Decision]:
             elif fast_reject is not None and first.__class__ in _TEXT:
                 try:
                     remaining, retry_after, reset_after = fast_reject(reply, limit, cost)
-                except (TypeError, ValueError, OverflowError):
+                except (TypeError, ValueError, ArithmeticError):
                     pass
                 else:
                     if math.isfinite(reset_after + (retry_after or 0.0)):
