@@ -25,7 +25,8 @@ from ratekeeper.http import RouteLimit
 from ratekeeper.http._policy import _extra_of
 from ratekeeper.http.wsgi import WSGIRateLimitMiddleware
 from ratekeeper.policy import Engine, Policies, PolicyError, PolicyHolder
-from ratekeeper.policy._http import Extra, HTTPDecision, decide_request
+from ratekeeper.policy._decide import HTTPDecision, decide_request
+from ratekeeper.policy._http import Extra
 from ratekeeper.policy._loader import parse_policies_text
 from ratekeeper.policy._request import RequestInfo
 from ratekeeper.stores import MemoryStore

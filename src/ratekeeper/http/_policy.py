@@ -50,6 +50,7 @@ from .. import core
 from .._errors import StoreError
 from .._types import Decision, Limit
 from ..core import Failure, Limits, Op, Ticket, merge_decisions
+from ..policy._decide import Verdict, decide_request, verdict_of
 from ..policy._engine import Engine
 from ..policy._holder import PolicyHolder, Watcher
 from ..policy._http import (
@@ -60,10 +61,7 @@ from ..policy._http import (
     HTTPRoute,
     HTTPRules,
     PathPattern,
-    Verdict,
     compile_path,
-    decide_request,
-    verdict_of,
 )
 from ..policy._loader import load_policies
 from ..policy._model import (

@@ -43,7 +43,6 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from .. import core
@@ -53,7 +52,8 @@ from .._types import Decision, Limit
 from ..core import FailurePolicy, merge_decisions
 from ..stores._base import AsyncStore, Check, Store
 from ._keys import counter_key
-from ._model import Policies, PolicyLimit, Rule, drop_replaced
+from ._model import Policies
+from ._rules import DescriptorRequest, Override, PolicyLimit, Rule, drop_replaced
 from ._stats import NullStats, Stats
 
 __all__ = [
@@ -113,25 +113,6 @@ class UnknownDomain(InvalidRequest):
         shown = ", ".join(repr(k) for k in known[:20]) + (", ..." if len(known) > 20 else "")
         super().__init__(f"unknown domain {domain[:100]!r}; the policies define: "
                          f"{shown or 'no domains'}")
-
-
-@dataclass(frozen=True, slots=True)
-class Override:
-    """Envoy's per-descriptor limit override: a fixed window of `requests_per_unit`."""
-
-    requests_per_unit: int
-    unit: str  # a key of UNIT_SECONDS
-
-
-class DescriptorRequest(NamedTuple):
-    """One validated descriptor of a request: its entries and, optionally, its own hits.
-    (A NamedTuple: the middleware builds one per descriptor per request.)"""
-
-    entries: tuple[tuple[str, str], ...]
-    hits: float | None = None
-    override: Override | None = None
-    #: The rule to apply instead of matching the domain's (a route decorator's limits).
-    rule: Rule | None = None
 
 
 class DescriptorStatus(NamedTuple):

@@ -55,17 +55,19 @@ from .._rates import Rate
 from .._types import ALGORITHMS, Limit
 from ._model import (
     ConfigIssue,
+    Policies,
+    PolicyError,
+    Settings,
+)
+from ._names import _closest, _name_part, _name_problem
+from ._rules import (
     Domain,
     Level,
     Node,
-    Policies,
-    PolicyError,
     PolicyLimit,
     Rule,
-    Settings,
     make_level,
 )
-from ._names import _closest, _name_part, _name_problem
 
 try:
     _Loader: Any = yaml.CSafeLoader

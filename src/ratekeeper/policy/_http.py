@@ -2,7 +2,8 @@
 
 The middleware, ``ratekeeper serve``'s ``/v1/http`` endpoint and replay all map a request the
 same way (`HTTPRules.map`), then decide the descriptors with the one `Engine` against the
-file's domain rules, so the same file gives the same decisions everywhere. It is what
+file's domain rules (`_decide.decide_request`), so the same file gives the same decisions
+everywhere. It is what
 Envoy's ``rate_limits`` actions are to Envoy, for an in-process middleware:
 
 1. **Coverage**: the request must match `paths` / `methods` / `hosts` (default: everything);
@@ -37,31 +38,22 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from .. import core
-from .._errors import StoreError
-from .._types import Decision, Limit
-from ._engine import CheckResult, DescriptorRequest, Engine
-from ._model import PolicyLimit, Rule
+from .._types import Limit
 from ._request import ClientIP, IPNetwork, RequestInfo
-
-if TYPE_CHECKING:
-    from ._model import Policies
+from ._rules import DescriptorRequest, PolicyLimit, Rule
 
 __all__ = [
     "BUILTIN_ATTRIBUTES",
     "Attribute",
     "Entry",
     "HTTPCheck",
-    "HTTPDecision",
     "HTTPRoute",
     "HTTPRules",
     "LimitsHook",
     "PathPattern",
     "compile_path",
-    "decide_request",
-    "verdict_of",
 ]
 
 log = logging.getLogger("ratekeeper.policy")
@@ -618,93 +610,3 @@ class HTTPRules:
 
     def attribute_names(self) -> set[str]:
         return {*BUILTIN_ATTRIBUTES, *self.attributes}
-
-
-
-#: What happened to one request: admitted (now, or after a queueing ``delay``), rejected,
-#: or, in dry run, what would have happened.
-Verdict = Literal["allowed", "delayed", "rejected", "shadow-rejected", "shadow-delayed"]
-
-
-def verdict_of(d: Decision, *, dry_run: bool, max_delay: float | None
-               ) -> tuple[Decision, Verdict, bool]:
-    """A request's decision as a verdict: ``(decision, verdict, refund)``.
-
-    A queued request that would wait longer than `max_delay` is rejected instead (its
-    retry is when the queue has drained enough), and `refund` says its charge must be given
-    back. Dry run turns a reject or a delay into a pass but keeps the decision.
-    """
-    refund = False
-    if d.allowed and max_delay is not None and d.delay > max_delay:
-        d = d._replace(allowed=False, retry_after=d.delay - max_delay, delay=0.0)
-        refund = not dry_run
-    if d.allowed:
-        if d.delay > 0:
-            return d, "shadow-delayed" if dry_run else "delayed", False
-        return d, "allowed", False
-    return d, "shadow-rejected" if dry_run else "rejected", refund
-
-
-class HTTPDecision(NamedTuple):
-    """One request decided: its `check`, the (possibly max_delay-rejected) `decision`, the
-    `verdict`, the `limits` consulted (for ``RateLimit-Policy``) and the store `failure`
-    policy that answered if the store failed. `result` is the engine's per-descriptor
-    `CheckResult` when the request needed one (shadow mode, a rule's own failure policy,
-    ...), else None. A driver sleeps ``decision.delay`` for a ``"delayed"`` verdict; the plan
-    has already refunded a reservation rejected for waiting too long."""
-
-    check: HTTPCheck
-    decision: Decision
-    verdict: Verdict
-    limits: tuple[Limit, ...]
-    failure: str
-    result: CheckResult | None = None
-
-
-def decide_request(engine: Engine, snap: Policies, req: RequestInfo, now: float,
-                   extras: tuple[Extra, ...] = ()) -> core.Plan[HTTPDecision | None]:
-    """Plan: `req` under the snapshot `snap` (its ``[http]`` part and domain rules): None
-    when not limited (not covered, exempt, or no descriptor met a limit), else its
-    `HTTPDecision`. The middleware, the service's ``/v1/http`` and replay all run this.
-
-    A request whose rules are all plain (`Engine.simple_checks`) is one `core.hit` (one
-    ``decide_one`` for a single limit), or one `core.decide` when a queued request may need
-    its refund; any other goes through `Engine.plan`. Both give the same decision."""
-    rules = snap.http
-    if rules is None:
-        return None
-    check = rules.map(req, now, extras)
-    if check is None:
-        return None
-    simple = engine.simple_checks(snap, check.domain, check.descriptors, check.cost)
-    result: CheckResult | None = None
-    ticket: core.Ticket | None = None
-    if simple is not None:
-        checks, limits = simple
-        if not checks:  # every descriptor unmatched or unlimited
-            return None
-        policy = snap.settings.failure
-        failure: str = policy
-        queues = check.max_delay is not None and not check.dry_run and any(
-            lim.algorithm == "leaky-bucket" and not lim.nodelay for lim in limits)
-        if queues:  # a delay past max_delay gives the charge back: keep its ticket
-            decisions, ticket = yield from core.decide(engine.store, checks, now,
-                                                       engine.failure, policy=policy)
-            d = core.merge_decisions(decisions)
-        else:
-            d = yield from core.hit(engine.store, checks, now, engine.failure, policy=policy)
-    else:
-        result = yield from engine.plan(snap, check.domain, check.descriptors, check.cost)
-        if result.decision is None:  # every descriptor unmatched or unlimited
-            return None
-        d, limits, failure, ticket = (result.decision, result.policies, result.failure,
-                                      result.ticket)
-    if d.allowed and d.delay == 0.0:  # the common case, as verdict_of decides it
-        return HTTPDecision(check, d, "allowed", limits, failure, result)
-    d, verdict, refund = verdict_of(d, dry_run=check.dry_run, max_delay=check.max_delay)
-    if refund and ticket is not None:
-        try:
-            yield from core.refund(ticket, now)
-        except StoreError as e:  # the charge stays and expires as usual
-            log.warning("could not refund a rejected reservation: %s", e)
-    return HTTPDecision(check, d, verdict, limits, failure, result)

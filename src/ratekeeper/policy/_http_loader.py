@@ -14,8 +14,9 @@ import importlib
 import ipaddress
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
+from ._build import Issues
 from ._http import (
     BUILTIN_ATTRIBUTES,
     Attribute,
@@ -30,9 +31,6 @@ from ._http import (
 from ._model import Domain
 from ._names import _closest
 from ._request import ClientIP, RequestInfo
-
-if TYPE_CHECKING:
-    from ._loader import _Builder
 
 __all__ = ["HTTP_KEYS", "build_http"]
 
@@ -51,14 +49,14 @@ METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", 
            "WEBSOCKET")
 
 
-def build_http(b: _Builder, raw: object, domains: Mapping[str, Domain],
+def build_http(b: Issues, raw: object, domains: Mapping[str, Domain],
                domain_names: Collection[str]) -> HTTPRules | None:
     """`HTTPRules` from the ``[http]`` table, or None after reporting its problems to `b`."""
     return _HTTPBuilder(b).build(raw, domains, domain_names)
 
 
 class _HTTPBuilder:
-    def __init__(self, b: _Builder) -> None:
+    def __init__(self, b: Issues) -> None:
         self.b = b
         self.ok = True
         #: Attributes whose own errors were reported: entries naming them say nothing more.

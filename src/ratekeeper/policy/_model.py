@@ -28,17 +28,17 @@ I/O.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from .._errors import ConfigError
-from .._types import Limit
 from ..core import FailurePolicy
+from ._http import HTTPRules
 
-if TYPE_CHECKING:
-    from ._http import HTTPRules
+# The rules are `_rules`'; named here too, as the model's parts (`ratekeeper.policy` and
+# `ratekeeper.service` export them from here).
+from ._rules import Domain, Level, Node, PolicyLimit, Rule, drop_replaced, make_level
 
 __all__ = [
     "DEFAULT_MAX_COST",
@@ -56,7 +56,6 @@ __all__ = [
     "drop_replaced",
     "iter_rules",
     "make_level",
-    "wildcard_match",
 ]
 
 #: The failure policies a service may use: the core's `FailurePolicy` but ``"raise"`` (a
@@ -125,169 +124,6 @@ class Settings:
     max_cost: float = DEFAULT_MAX_COST
     allow_overrides: bool = True
     unknown_domain: Literal["ok", "error"] = "ok"
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyLimit:
-    """A `Limit` as a policy applies it: `by` says which entries key its counters.
-
-    ``by=None``: every entry of the matched descriptor (one counter per distinct descriptor);
-    ``by=()``: a single counter (``scope = "global"``); otherwise the entries with these keys.
-    `label` is the name the configuration gave the limit (a TOML named limit or ``name``,
-    envoyproxy/ratelimit's ``rate_limit.name``), "" when it gave none: what Envoy's
-    ``current_limit.name`` reports and what ``replaces`` refers to.
-    """
-
-    limit: Limit
-    by: tuple[str, ...] | None = None
-    description: str = ""
-    label: str = ""
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Rule:
-    """What a matched descriptor gets: limits, or unlimited; shadow mode; a cost per hit."""
-
-    domain: str
-    name: str  # unique in the domain; the `rule` label of metrics
-    path: tuple[tuple[str, str | None], ...]  # (key, value or pattern or None=default)
-    limits: tuple[PolicyLimit, ...]
-    unlimited: bool = False
-    shadow_mode: bool = False
-    cost: float = 1.0
-    description: str = ""
-    location: str = ""
-    #: The name the configuration gave the rule's limit (YAML ``rate_limit.name``; ``""``:
-    #: none), which other rules' `replaces` refer to.
-    label: str = ""
-    #: The labels of the rules this one replaces when both match one request (``replaces``).
-    replaces: tuple[str, ...] = ()
-    #: envoyproxy/ratelimit's ``detailed_metric`` (kept for describe(); ratekeeper's metrics
-    #: stay one series per rule, so that no label value comes from a request).
-    detailed_metric: bool = False
-    #: This rule's store failure policy (None: the ``[service]`` one): a login limit fails
-    #: closed while the rest fail open.
-    failure: FailurePolicy | None = None
-    #: The `Limit` of each of `limits` (for the engine, which reads them on every check).
-    limit_objs: tuple[Limit, ...] = field(init=False, repr=False, default=())
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "limit_objs", tuple(p.limit for p in self.limits))
-
-    def __repr__(self) -> str:
-        what = "unlimited" if self.unlimited else ", ".join(p.limit.name for p in self.limits)
-        return f"Rule({self.domain}:{self.name} -> {what})"
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Node:
-    """One descriptor entry of the rule tree: its rule (None for a pure branch) and children."""
-
-    key: str
-    value: str | None
-    rule: Rule | None
-    children: Level
-
-
-def wildcard_match(parts: Sequence[str], value: str) -> bool:
-    """Whether `value` matches a wildcard pattern split on ``*`` (``"a*b*c"`` -> a, b, c).
-
-    Each ``*`` matches any run of characters, the empty one included: the value starts with
-    the first part, ends with the last, and holds the middle ones in order between them, as
-    envoyproxy/ratelimit's ``wildcardMatch`` (``src/config/config_impl.go``).
-    """
-    if len(parts) == 1:
-        return parts[0] == value
-    first, last = parts[0], parts[-1]
-    if len(value) < sum(map(len, parts)) or not value.startswith(first) \
-            or not value.endswith(last):
-        return False
-    pos, end = len(first), len(value) - len(last)
-    for part in parts[1:-1]:
-        i = value.find(part, pos, end)
-        if i < 0:
-            return False
-        pos = i + len(part)
-    return True
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Level:
-    """The rules at one depth: exact values, wildcard patterns, defaults (no value).
-
-    `patterns` holds, per key, the wildcard values split on ``*`` and tried in order: the
-    first that matches wins. The YAML loader keeps file order (as envoyproxy/ratelimit); the
-    TOML loader puts the most literal characters first (so ``admin-*`` wins over ``adm*``),
-    ties in file order.
-    """
-
-    nodes: tuple[Node, ...] = ()  # in file order, for documentation
-    exact: Mapping[tuple[str, str], Node] = field(default_factory=lambda: MappingProxyType({}))
-    patterns: Mapping[str, tuple[tuple[tuple[str, ...], Node], ...]] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
-    default: Mapping[str, Node] = field(default_factory=lambda: MappingProxyType({}))
-
-    def find(self, key: str, value: str) -> Node | None:
-        """The node for one entry: exact value, else the first matching wildcard, else
-        default."""
-        node = self.exact.get((key, value))
-        if node is not None:
-            return node
-        pats = self.patterns.get(key)
-        if pats is not None:
-            for parts, n in pats:
-                if wildcard_match(parts, value):
-                    return n
-        return self.default.get(key)
-
-
-_EMPTY_LEVEL = Level()
-
-
-def make_level(nodes: Sequence[Node],
-               order: Callable[[tuple[str, ...]], int] | None = None) -> Level:
-    """A `Level` of `nodes` (file order): a value with a ``*`` is a wildcard pattern, tried
-    in file order, or sorted by `order` of its parts (stable: ties keep file order)."""
-    exact: dict[tuple[str, str], Node] = {}
-    patterns: dict[str, list[tuple[tuple[str, ...], Node]]] = {}
-    default: dict[str, Node] = {}
-    for node in nodes:
-        if node.value is None:
-            default[node.key] = node
-        elif "*" in node.value:
-            patterns.setdefault(node.key, []).append((tuple(node.value.split("*")), node))
-        else:
-            exact[(node.key, node.value)] = node
-    if order is not None:
-        key = order
-        patterns = {k: sorted(v, key=lambda p: key(p[0])) for k, v in patterns.items()}
-    return Level(tuple(nodes), MappingProxyType(exact),
-                 MappingProxyType({k: tuple(v) for k, v in patterns.items()}),
-                 MappingProxyType(default))
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Domain:
-    """A domain's rule tree and its named limits."""
-
-    name: str
-    root: Level
-    rules: tuple[Rule, ...]
-    limits: Mapping[str, PolicyLimit]
-    description: str = ""
-    shadow_mode: bool = False
-
-    def match(self, entries: Sequence[tuple[str, str]]) -> Rule | None:
-        """The rule a descriptor matches, or None (no rule: the descriptor is not limited)."""
-        level = self.root
-        node: Node | None = None
-        for key, value in entries:
-            node = level.find(key, value)
-            if node is None:
-                return None
-            level = node.children
-        return None if node is None else node.rule
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -407,20 +243,6 @@ def _iso(t: float) -> str | None:
     if not t:
         return None
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
-
-def drop_replaced(rules: Sequence[Rule | None]) -> list[Rule | None]:
-    """The rules a request's descriptors matched, with the replaced ones set to None.
-
-    envoyproxy/ratelimit (``constructLimitsToCheck`` in ``src/service/ratelimit.go``): every
-    matched rule's ``replaces`` (unlimited ones' too) are collected first, then each matched
-    rule with a limit labelled so is not applied -- its descriptor is answered as one that
-    matched nothing. Rules that replace nothing cost one scan.
-    """
-    replacing = {name for r in rules if r is not None for name in r.replaces}
-    if not replacing:
-        return list(rules)
-    return [None if r is not None and r.label and r.label in replacing else r for r in rules]
 
 
 def iter_rules(policies: Policies) -> Iterator[Rule]:

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..policy._http import HTTPDecision
+from ..policy._decide import HTTPDecision
 from ..policy._keys import counter_key
 from ..policy._model import Policies
 from ..stores.memory import MemoryStore

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from ..core import run
+from ..policy._decide import HTTPDecision, decide_request
 from ..policy._engine import Engine
-from ..policy._http import HTTPDecision, decide_request
 from ..policy._model import Policies
 from ..policy._request import RequestInfo
 from ..stores.memory import MemoryStore

@@ -53,6 +53,7 @@ from .. import core
 from .._json import decision_json
 from .._types import Decision
 from ..http.headers import PROBLEM_CONTENT_TYPE, problem_body, ratelimit_headers, rejection_headers
+from ..policy._decide import HTTPDecision, decide_request
 from ..policy._engine import (
     MAX_DESCRIPTORS,
     CheckResult,
@@ -64,7 +65,6 @@ from ..policy._engine import (
     check_text,
     make_descriptor,
 )
-from ..policy._http import HTTPDecision, decide_request
 from ..policy._model import Policies
 from ..policy._request import RequestInfo, request_from_json
 from ._service import Service, result_headers
