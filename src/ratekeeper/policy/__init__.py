@@ -4,12 +4,16 @@ The middleware (`ratekeeper.http`), the decision service (`ratekeeper.service`) 
 (`ratekeeper.replay`) all drive this package; none of them has limits, rules or matching of
 its own.
 
-- `_model`: an immutable `Policies` snapshot: domains, descriptor rule trees, limits, and
-  (`HTTPRules`) how an HTTP request becomes descriptors;
-- `_loader`: the TOML file (or a mapping) to a snapshot, every error located;
-  `_envoy_config`: envoyproxy/ratelimit's YAML files to the same snapshot;
+- `_request`: who the client is (`RequestInfo`, `ClientIP`, key functions);
+- `_rules`: limits as rules apply them, descriptor rule trees and matching, a request's
+  descriptors; `_http`: `HTTPRules`, how an HTTP request becomes descriptors;
+- `_model`: the immutable `Policies` snapshot (domains, settings, the ``[http]`` part);
+- `_loader` (+ `_http_loader`, `_build`, `_toml_lines`): the TOML file (or a mapping) to a
+  snapshot, every error located; `_envoy_config`: envoyproxy/ratelimit's YAML files to the
+  same snapshot;
 - `_engine`: `Engine.plan`: descriptors -> rules -> one atomic store call -> a status per
   descriptor, as a core plan (sync and asyncio drivers run the same plan);
+- `_decide`: `decide_request`, an HTTP request's whole decision (map, decide, verdict);
 - `_holder`: `PolicyHolder` (reload = swap a snapshot) and `Watcher` (poll on a clock);
 - `_keys`, `_names`: counter keys and the names the loaders check; `_stats`: the events
   the engine reports.
