@@ -40,7 +40,7 @@ def test_the_scripts_with_helpers_are_library_functions() -> None:
     """Every script that defines functions (check, refund, one.lua's) has one; the
     straight-line ones, which define none, stay EVALSHA scripts."""
     assert CHECK.fn and REFUND.fn and LIBRARY_NAME.startswith("ratekeeper_")
-    assert {name for name, s in ONE.items() if s.fn} == {"leaky-bucket", "sliding-window-log"}
+    assert {name for name, s in ONE.items() if s.fn} == {"sliding-window-log"}
     assert not any(s.fn for s in ONE.values() if s.straight)
 
 

@@ -29,7 +29,7 @@ ALGORITHMS = ["token-bucket", "gcra", "leaky-bucket", "fixed-window", "sliding-w
               "sliding-window-counter"]
 WHOLE = {"leaky-bucket", "sliding-window-log"}  # whole-number costs only
 #: The algorithms with a straight-line one-limit script (`RedisCodec.fast_script`).
-FAST = ["gcra", "token-bucket", "fixed-window", "sliding-window-counter"]
+FAST = ["gcra", "token-bucket", "fixed-window", "sliding-window-counter", "leaky-bucket"]
 
 
 def test_every_algorithm_and_straight_line_script_is_in_these_traces() -> None:
@@ -315,9 +315,15 @@ def fast_traces(draw: st.DrawFn) -> tuple[Limit, bool, list[tuple[float, int]]]:
                                  "100/h", "3/s"]))
     burst = draw(st.sampled_from([None, 1, 2.5, 3, 10])) if algorithm in ("gcra", "token-bucket") \
         else None  # the windows take no burst
-    limit = Limit(algorithm, rate, burst=burst, name="fast")
+    options: dict[str, Any] = {}
+    if algorithm == "leaky-bucket":  # nginx's: whole bursts and costs, nodelay or delay=D
+        burst = draw(st.sampled_from([None, 1, 3, 10]))
+        options = draw(st.sampled_from([{}, {"nodelay": True}, {"delay": 2}]))
+    limit = Limit(algorithm, rate, burst=burst, name="fast", **options)
     server = draw(st.booleans())
     costs = [1, 1, 1, 2, 0.5, 1.5, 3, 0.25, 11, 101]  # 101: above every capacity
+    if algorithm in WHOLE:
+        costs = [1, 1, 1, 2, 3, 11, 101]
     if server:
         us = draw(st.sampled_from([1_764_000_000_000_000, 1_764_000_000_123_456,
                                    1_764_000_000_999_999]))
@@ -350,10 +356,17 @@ def fast_traces(draw: st.DrawFn) -> tuple[Limit, bool, list[tuple[float, int]]]:
     Limit("sliding-window-counter", "3/2s", name="fast"), False,
     [(1, 1_000_000), (2, 1_500_000), (1, 2_100_000), (1, 3_900_000), (0.5, 4_000_001),
      (1, 1_000_000), (101, 5_000_000), (1, 9_000_000)]))
+@example(trace=(  # server clock: a cost no idle bucket takes, a queue (delay=2), rejections
+    # on a stored state, a clock back within the same ms and by more than a minute
+    Limit("leaky-bucket", "2/s", burst=3, delay=2, name="fast"), True,
+    [(11, 1_764_000_000_123_456), (1, 1_764_000_000_123_456), (3, 1_764_000_000_123_457),
+     (1, 1_764_000_000_123_999), (2, 1_764_000_000_623_456), (1, 1_763_999_900_000_000),
+     (1, 1_764_000_002_500_000)]))
 def test_straight_line_scripts_decide_as_the_general_script(
         standalone: StoreTarget, trace: tuple[Limit, bool, list[tuple[float, int]]]) -> None:
-    """one_<algorithm>.lua (gcra, token-bucket, fixed-window, sliding-window-counter) are
-    the general script's arithmetic written out for speed: on one trace, the straight-line
+    """one_<algorithm>.lua (gcra, token-bucket, fixed-window, sliding-window-counter,
+    leaky-bucket) are the general script's arithmetic written out for speed: on one trace,
+    the straight-line
     script (``ONE[algorithm]``) on one key and the general one (``CHECK``, charging) on
     another give equal decisions (same floats),
     equal states and equal expiries after every step, on the server clock and on a client
@@ -364,24 +377,25 @@ def test_straight_line_scripts_decide_as_the_general_script(
     client = standalone.admin
     store = standalone.store(prefix=f"rk-fast-{uuid.uuid4().hex[:8]}:")
     fast, general = ONE[limit.algorithm], CHECK
-    assert fast is not ONE["leaky-bucket"]  # (a straight-line script of its own)
+    assert fast.straight  # (a straight-line script of its own)
     fast_sha = client.script_load(HARNESS % fast.text)
     general_sha = client.script_load(HARNESS % general.text)
     fast_key, general_key = store.state_key(limit, "fast"), store.state_key(limit, "general")
-    algo_id, p1, p2, _ = store._limit_args(limit)
+    algo_id, p1, p2, p3 = store._limit_args(limit)
+    params = store._one_params(limit)  # p1, p2[, p3]
     for i, (cost, us) in enumerate(steps):
         s, micro = divmod(us, 1_000_000)
         if server:
             pin, now_arg = [str(s), str(micro)], ""
         else:
             pin, now_arg = ["", ""], repr(us / 1e6)
-        # one_<algorithm>.lua: cost, p1, p2, min expiry (ms), now ("" = TIME), grace (ms)
+        # one_<algorithm>.lua: cost, p1, p2[, p3], min expiry (ms), now ("" = TIME), grace
         fast_reply, fast_expiry = client.evalsha(
-            fast_sha, 1, fast_key, *pin, repr(float(cost)), p1, p2, "1", now_arg, GRACE_MS)
+            fast_sha, 1, fast_key, *pin, repr(float(cost)), *params, "1", now_arg, GRACE_MS)
         # check.lua: now, consume, min expiry, grace, then (id, cost, p1, p2, p3) per limit
         general_reply, general_expiry = client.evalsha(
             general_sha, 1, general_key, *pin, now_arg, "1", "1", GRACE_MS,
-            algo_id, repr(float(cost)), p1, p2, "0")
+            algo_id, repr(float(cost)), p1, p2, p3)
         got = store._parse_one(fast_reply, limit, float(cost))
         (want,), at, _ = store._parse_check(general_reply, [(limit, "general", float(cost))])
         where = (i, cost, us, fast_reply, general_reply)

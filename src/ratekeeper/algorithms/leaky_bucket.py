@@ -31,6 +31,7 @@ seventh is rejected.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._errors import InvalidLimit
@@ -188,7 +189,25 @@ def from_redis(kind: str, value: Any) -> State:
     return int(float(excess)), int(float(last))
 
 
+def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float | None, float]:
+    """one_leaky_bucket.lua answers a rejection on a stored state with ``{excess, last,
+    now}`` (as stored; now in whole microseconds on the server's clock): (remaining,
+    retry_after, reset_after) of `decide` on that state at that time, which rejects too."""
+    if len(reply) != 3:
+        raise ValueError("not a rejection of one_leaky_bucket.lua")
+    now = reply[2]
+    now = now / 1e6 if now.__class__ is int else float(now)
+    excess, last = float(reply[0]), float(reply[1])
+    if not (math.isfinite(excess) and math.isfinite(last) and math.isfinite(now)):
+        raise ValueError("not a state")
+    _, d = decide((int(excess), int(last)), now, cost, limit)
+    if d.allowed:
+        raise ValueError("the script rejected what decide admits")
+    return d.remaining, d.retry_after, d.reset_after
+
+
 ALGORITHM = Algorithm("leaky-bucket", decide, refund, ttl, LimitRules(
     "nginx limit_req: burst, nodelay, delay=D; can answer 'admit after a delay'",
     limit_params, whole_costs=True), RedisCodec(
-    id=3, tag="lb", script="leaky_bucket.lua", params=lua_params, from_redis=from_redis))
+    id=3, tag="lb", script="leaky_bucket.lua", params=lua_params, from_redis=from_redis,
+    fast_script="one_leaky_bucket.lua", fast_reject=fast_reject))
