@@ -485,6 +485,20 @@ def test_composite_hit_decides_as_the_memory_store(target: StoreTarget, algorith
     assert store.state(per_key, "b}c%") is not None
 
 
+def test_composite_hit_on_the_server_clock(target: StoreTarget) -> None:
+    """The bound composite path on the server's clock (its arguments encoded once for a
+    unit cost): each limit counts down, a cost of 2 takes two, a full limit rejects both."""
+    store = target.store(prefix=fresh_prefix())
+    per_key = Limit("gcra", "1/h", burst=4)
+    glob = Limit("fixed-window", "1000/h", name="w", scope="global")
+    limiter = Limiter([per_key, glob], store, failure="raise")
+    got = [limiter.hit("k") for _ in range(3)] + [limiter.hit("k", 2), limiter.hit("k")]
+    assert [(d.allowed, d.remaining, d.limit.name) for d in got] == [
+        (True, 3, per_key.name), (True, 2, per_key.name), (True, 1, per_key.name),
+        (False, 1, per_key.name), (True, 0, per_key.name)]
+    assert store.state(glob, GLOBAL_KEY)[1] == 4.0  # the rejected cost of 2 charged neither
+
+
 def test_composite_hit_checks_keys_and_costs_like_the_general_path(
         standalone: StoreTarget) -> None:
     """What the bound composite path does not take goes the general way: bad keys and costs

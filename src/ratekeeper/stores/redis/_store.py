@@ -280,6 +280,8 @@ class RedisStore(_RedisCore):
             return out
 
         unit = limit_args("1")
+        # on the server's clock, a unit cost's whole ARGV is fixed: encoded once
+        server_unit = [a.encode() for a in ["", "1", self._min_ms, "0", *unit]]
         client_clock, grace = self.uses_client_clock, self._grace_ms
         stats, breaker = self.stats, self._breaker
         decide, parse, failed, run = self.decide, self._parse_check, self._failed, self._eval
@@ -291,15 +293,19 @@ class RedisStore(_RedisCore):
                                for lim in lims], now, True)[0]
             if "%" in key or "}" in key:
                 key = _encode_key(key)
-            keys = [head + key + tail if tail is not None else head for head, tail in parts]
-            args = [_fmt(now), "1", self._min_ms, grace] if client_clock \
-                else ["", "1", self._min_ms, "0"]
-            args += unit if cost == 1 else limit_args(repr(float(cost)))
+            keys: list[Any] = [head + key + tail if tail is not None else head
+                               for head, tail in parts]
+            if cost == 1 and not client_clock:
+                keys += server_unit
+            else:
+                keys += [_fmt(now), "1", self._min_ms, grace] if client_clock \
+                    else ["", "1", self._min_ms, "0"]
+                keys += unit if cost == 1 else limit_args(repr(float(cost)))
             if not breaker.clean:
                 self._short_circuit(breaker)
             try:
                 stats.calls += 1
-                reply = run(client, CHECK, n, keys + args)
+                reply = run(client, CHECK, n, keys)  # the keys, then the arguments
             except Exception as e:
                 raise failed(breaker, e) from e
             if not breaker.clean:
