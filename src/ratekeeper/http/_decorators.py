@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .._types import Limit
 from ..policy._http import BUILTIN_ATTRIBUTES
@@ -165,3 +165,48 @@ class Registry:
                 return spec.route_limit()
             func = getattr(func, "__wrapped__", None)
         return None
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Decorates:
+    """``@limiter.limit`` and ``@limiter.exempt`` of a framework's limiter (FastAPI's,
+    Flask's): the key check, the registry and stacking; the framework's own `_guard(func)`
+    wraps a decorated endpoint so that it is limited even where the limiter is not wired
+    in."""
+
+    engine: _Engine | _PoliciesEngine
+    _registry: Registry
+
+    def _guard(self, func: F) -> F:
+        raise NotImplementedError
+
+    def limit(self, limits: LimitSpec, *, key: KeySpec = "client_ip",
+              algorithm: str = "fixed-window", burst: float | None = None,
+              mode: Mode = "add", cost: float | None = None,
+              name: str | None = None) -> Callable[[F], F]:
+        """Decorate an endpoint with `limits` (a rate string, a `Limit`, or a list);
+        ``mode="add"``: with the policy's limits, ``"replace"``: instead of them. Stacked
+        decorators add limits to the endpoint (each key counted on its own)."""
+        check_key(key, self.engine, name or "@limiter.limit")
+
+        def decorate(func: F) -> F:
+            endpoint = name or endpoint_name(func)
+            spec = Spec(endpoint, make_limits(limits, endpoint=endpoint, algorithm=algorithm,
+                                              burst=burst, name=name),
+                        key, mode, cost)
+            spec.route_limit()  # its errors now, not at the first request
+            target = func if getattr(func, "_ratekeeper_limiter", None) is self \
+                else self._guard(func)  # stacked: the same wrapper
+            self._registry.put(target, spec, named=name is not None)
+            self._registry.specs[target].route_limit()
+            return target
+
+        return decorate
+
+    def exempt(self, func: F) -> F:
+        """Decorate an endpoint that is never limited (the policy's limits do not apply)."""
+        self._registry.put(func, Spec(endpoint_name(func), [], "client_ip", "add", None,
+                                      exempt=True), named=False)
+        return func

@@ -77,14 +77,8 @@ from ..core import arun
 from ..policy._request import RequestInfo
 from ..stores import AsyncStore
 from ._decorators import (
-    KeySpec,
-    LimitSpec,
-    Mode,
+    Decorates,
     Registry,
-    Spec,
-    check_key,
-    endpoint_name,
-    make_limits,
 )
 from ._policy import Outcome, PolicySpec, RouteLimits, _Adapter
 from .asgi import ASYNC, SCOPE_KEY, AsyncSleep
@@ -160,7 +154,7 @@ async def _decide(adapter: _Adapter[AsyncStore, AsyncSleep], request: Request,
     return out.decision
 
 
-class Limiter(_Adapter[AsyncStore, AsyncSleep]):
+class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
     """A FastAPI global dependency deciding the policy's limits and each endpoint's
     decorator limits as one (see the module docstring); returns the `Decision`.
 
@@ -181,37 +175,6 @@ class Limiter(_Adapter[AsyncStore, AsyncSleep]):
         request.scope[DECIDED_KEY] = True
         route = self._registry.find(request.scope.get("endpoint"))
         return await _decide(self, request, response, route)
-
-    def limit(self, limits: LimitSpec, *, key: KeySpec = "client_ip",
-              algorithm: str = "fixed-window", burst: float | None = None,
-              mode: Mode = "add", cost: float | None = None,
-              name: str | None = None) -> Callable[[F], F]:
-        """Decorate an endpoint with `limits` (a rate string, a `Limit`, or a list);
-        ``mode="add"``: with the policy's limits, ``"replace"``: instead of them."""
-
-        check_key(key, self.engine, name or "@limiter.limit")
-
-        def decorate(func: F) -> F:
-            endpoint = name or endpoint_name(func)
-            spec = Spec(endpoint, make_limits(limits, endpoint=endpoint, algorithm=algorithm,
-                                              burst=burst, name=name),
-                        key, mode, cost)
-            spec.route_limit()  # its errors now, not at the first request
-            if getattr(func, "_ratekeeper_limiter", None) is self:  # stacked: same wrapper
-                self._registry.put(func, spec, named=name is not None)
-                self._registry.specs[func].route_limit()
-                return func
-            guarded = self._guard(func)
-            self._registry.put(guarded, spec, named=name is not None)
-            return guarded
-
-        return decorate
-
-    def exempt(self, func: F) -> F:
-        """Decorate an endpoint that is never limited (the policy's limits do not apply)."""
-        self._registry.put(func, Spec(endpoint_name(func), [], "client_ip", "add", None,
-                                      exempt=True), named=False)
-        return func
 
     def _guard(self, func: F) -> F:
         """`func`, deciding its limits itself when no global dependency did (an app built

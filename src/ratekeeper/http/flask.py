@@ -59,14 +59,8 @@ from ..core import run
 from ..policy._request import RequestInfo
 from ..stores import Store
 from ._decorators import (
-    KeySpec,
-    LimitSpec,
-    Mode,
+    Decorates,
     Registry,
-    Spec,
-    check_key,
-    endpoint_name,
-    make_limits,
 )
 from ._policy import Outcome, PolicySpec, RouteLimits, _Adapter
 from .wsgi import ENVIRON_KEY, SYNC, Sleep
@@ -84,7 +78,7 @@ _DECIDED = "_ratekeeper_decided"
 _HEADERS = "_ratekeeper_headers"
 
 
-class Limiter(_Adapter[Store, Sleep]):
+class Limiter(Decorates, _Adapter[Store, Sleep]):
     """Flask per-view limits with the policy's defaults (see the module docstring)."""
 
     _kind = SYNC
@@ -129,34 +123,6 @@ class Limiter(_Adapter[Store, Sleep]):
         for name, value in g.pop(_HEADERS, None) or ():
             response.headers.add(name, value)
         return response
-
-    def limit(self, limits: LimitSpec, *, key: KeySpec = "client_ip",
-              algorithm: str = "fixed-window", burst: float | None = None,
-              mode: Mode = "add", cost: float | None = None,
-              name: str | None = None) -> Callable[[F], F]:
-        """Decorate a view with `limits` (a rate string, a `Limit`, or a list);
-        ``mode="add"``: with the policy's limits, ``"replace"``: instead of them."""
-        check_key(key, self.engine, name or "@limiter.limit")
-
-        def decorate(func: F) -> F:
-            endpoint = name or endpoint_name(func)
-            spec = Spec(endpoint, make_limits(limits, endpoint=endpoint, algorithm=algorithm,
-                                              burst=burst, name=name),
-                        key, mode, cost)
-            spec.route_limit()  # its errors now, not at the first request
-            target = func if getattr(func, "_ratekeeper_limiter", None) is self \
-                else self._guard(func)
-            self._registry.put(target, spec, named=name is not None)
-            self._registry.specs[target].route_limit()
-            return target
-
-        return decorate
-
-    def exempt(self, func: F) -> F:
-        """Decorate a view that is never limited (the policy's limits do not apply)."""
-        self._registry.put(func, Spec(endpoint_name(func), [], "client_ip", "add", None,
-                                      exempt=True), named=False)
-        return func
 
     def _guard(self, func: F) -> F:
         """`func`, deciding its own limits when no ``before_request`` hook of this limiter
