@@ -232,6 +232,18 @@ def _short(v: object) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
+#: What `plan` works out before its store calls: per descriptor (rule, its checks' keys,
+#: shadow, look-only), the enforced checks, the rules' own failure policies, the shadow checks
+#: and the looks.
+_Prepared = tuple[
+    list[tuple[Rule | None, list[tuple[str, str]], bool, bool]],
+    dict[tuple[str, str], Check],
+    dict[tuple[str, str], FailurePolicy],
+    dict[tuple[str, str], Check],
+    dict[tuple[str, str], Check],
+]
+
+
 class Engine:
     """Decides checks against the live policies and a store. Safe to share between tasks.
 
@@ -262,6 +274,8 @@ class Engine:
         #: `simple_checks` answers by (snapshot, domain, hits, descriptors).
         self._simple: dict[tuple[object, ...],
                            tuple[Policies, tuple[list[Check], tuple[Limit, ...]]]] = {}
+        #: `plan`'s checks before the store calls, by (snapshot, domain, hits, descriptors).
+        self._plans: dict[tuple[object, ...], tuple[Policies, _Prepared]] = {}
 
     def __repr__(self) -> str:
         return f"Engine(store={self.store!r}, policies={self._policies().summary()})"
@@ -301,63 +315,92 @@ class Engine:
                                tuple(DescriptorStatus("unmatched") for _ in descriptors), (),
                                legacy_headers=settings.legacy_headers,
                                generation=snap.generation, known_domain=False)
-        global_shadow = settings.shadow_mode or dom.shadow_mode
+        # The same descriptors on the same snapshot plan the same checks (a returning client):
+        # the work before the store calls is remembered per request shape, at most
+        # SIMPLE_CACHE_SIZE of them. Only requests whose plan depends on nothing but the
+        # snapshot, the domain and the hits (no rule given, no Envoy override) are.
+        memo: tuple[object, ...] | None = None
+        prepared = None
+        if hits.__class__ is float:
+            if len(descriptors) == 1:  # the common case, without a generator
+                d0 = descriptors[0]
+                if d0.rule is None and d0.override is None and (
+                        d0.hits is None or d0.hits.__class__ is float):
+                    memo = (id(snap), domain, hits, d0.entries, d0.hits)
+            elif all(d.rule is None and d.override is None
+                     and (d.hits is None or d.hits.__class__ is float) for d in descriptors):
+                memo = (id(snap), domain, hits,
+                        *[(d.entries, d.hits) for d in descriptors])
+            if memo is not None:
+                got = self._plans.get(memo)
+                if got is not None and got[0] is snap:
+                    prepared = got[1]
         # Per descriptor: its rule, its checks' keys, shadow, look-only (hits 0).
-        plans: list[tuple[Rule | None, list[tuple[str, str]], bool, bool]] = []
-        enforced: dict[tuple[str, str], Check] = {}
-        failures: dict[tuple[str, str], FailurePolicy] = {}  # rules with their own policy
-        shadow: dict[tuple[str, str], Check] = {}
-        looks: dict[tuple[str, str], Check] = {}  # cost 0: the same answer for any group
-        # Rules first, for envoyproxy/ratelimit's `replaces` (it needs every match).
-        matched = drop_replaced([
-            d.rule if d.rule is not None
-            else self._override_rule(dom.name, d) if d.override is not None
-            and settings.allow_overrides else dom.match(d.entries) for d in descriptors])
-        for i, d in enumerate(descriptors):
-            rule = matched[i]
-            look = d.hits == 0
-            if rule is None or rule.unlimited or not rule.limits:
-                plans.append((rule, [], False, look))
-                continue
-            is_shadow = global_shadow or rule.shadow_mode
-            if look:
-                looked: list[tuple[str, str]] = []
+        plans: list[tuple[Rule | None, list[tuple[str, str]], bool, bool]]
+        enforced: dict[tuple[str, str], Check]
+        failures: dict[tuple[str, str], FailurePolicy]  # rules with their own policy
+        shadow: dict[tuple[str, str], Check]
+        looks: dict[tuple[str, str], Check]  # cost 0: the same answer for any group
+        if prepared is not None:
+            plans, enforced, failures, shadow, looks = prepared
+            looks = looks.copy()  # a relook below adds to it
+        else:
+            global_shadow = settings.shadow_mode or dom.shadow_mode
+            plans, enforced, failures, shadow, looks = [], {}, {}, {}, {}
+            # Rules first, for envoyproxy/ratelimit's `replaces` (it needs every match).
+            matched = drop_replaced([
+                d.rule if d.rule is not None
+                else self._override_rule(dom.name, d) if d.override is not None
+                and settings.allow_overrides else dom.match(d.entries) for d in descriptors])
+            for i, d in enumerate(descriptors):
+                rule = matched[i]
+                look = d.hits == 0
+                if rule is None or rule.unlimited or not rule.limits:
+                    plans.append((rule, [], False, look))
+                    continue
+                is_shadow = global_shadow or rule.shadow_mode
+                if look:
+                    looked: list[tuple[str, str]] = []
+                    for pl in rule.limits:
+                        k = (pl.limit.name, counter_key(d.entries, pl.by))
+                        looks[k] = (pl.limit, k[1], 0.0)
+                        looked.append(k)
+                    plans.append((rule, looked, is_shadow, True))
+                    continue
+                base = hits if d.hits is None else d.hits
+                cost = base * rule.cost
+                if not cost <= settings.max_cost:
+                    raise InvalidRequest(
+                        f"descriptor {i}: cost {cost:g} (hits {base:g} x rule cost {rule.cost:g}) "
+                        f"is above the service's max_cost of {settings.max_cost:g}")
+                group = shadow if is_shadow else enforced
+                own_failure = None if is_shadow else rule.failure
+                keys: list[tuple[str, str]] = []
+                counter_keys: dict[tuple[str, ...] | None, str] = {}
                 for pl in rule.limits:
-                    k = (pl.limit.name, counter_key(d.entries, pl.by))
-                    looks[k] = (pl.limit, k[1], 0.0)
-                    looked.append(k)
-                plans.append((rule, looked, is_shadow, True))
-                continue
-            base = hits if d.hits is None else d.hits
-            cost = base * rule.cost
-            if not cost <= settings.max_cost:
-                raise InvalidRequest(
-                    f"descriptor {i}: cost {cost:g} (hits {base:g} x rule cost {rule.cost:g}) "
-                    f"is above the service's max_cost of {settings.max_cost:g}")
-            group = shadow if is_shadow else enforced
-            own_failure = None if is_shadow else rule.failure
-            keys: list[tuple[str, str]] = []
-            counter_keys: dict[tuple[str, ...] | None, str] = {}
-            for pl in rule.limits:
-                lim = pl.limit
-                if cost == 1.0:  # every limit takes one whole request
-                    c = 1.0
-                else:
-                    try:
-                        c = lim.check_cost(cost)
-                    except InvalidCost as e:
-                        raise InvalidRequest(f"descriptor {i}: {e} (limit {lim.name!r})"
-                                             ) from None
-                ck = counter_keys.get(pl.by)
-                if ck is None:
-                    ck = counter_keys[pl.by] = counter_key(d.entries, pl.by)
-                k = (lim.name, ck)
-                slot = group.get(k)
-                group[k] = (lim, ck, c if slot is None else slot[2] + c)
-                keys.append(k)
-                if own_failure is not None:
-                    failures[k] = own_failure
-            plans.append((rule, keys, is_shadow, False))
+                    lim = pl.limit
+                    if cost == 1.0:  # every limit takes one whole request
+                        c = 1.0
+                    else:
+                        try:
+                            c = lim.check_cost(cost)
+                        except InvalidCost as e:
+                            raise InvalidRequest(f"descriptor {i}: {e} (limit {lim.name!r})"
+                                                 ) from None
+                    ck = counter_keys.get(pl.by)
+                    if ck is None:
+                        ck = counter_keys[pl.by] = counter_key(d.entries, pl.by)
+                    k = (lim.name, ck)
+                    slot = group.get(k)
+                    group[k] = (lim, ck, c if slot is None else slot[2] + c)
+                    keys.append(k)
+                    if own_failure is not None:
+                        failures[k] = own_failure
+                plans.append((rule, keys, is_shadow, False))
+            if memo is not None:
+                if len(self._plans) >= SIMPLE_CACHE_SIZE:
+                    self._plans.clear()
+                self._plans[memo] = (snap, (plans, enforced, failures, shadow, dict(looks)))
 
         now = self.clock()
         results: dict[tuple[str, str], Decision] = {}

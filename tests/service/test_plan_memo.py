@@ -1,0 +1,149 @@
+"""`Engine.plan` remembers what it works out before its store calls (the rules matched, the
+checks and their keys) per request shape; a remembered plan must decide exactly as a fresh
+one. Two engines on two identical stores and one `ManualClock` run the same random request
+sequences on random policies: one forgets its plans before every check (the general path),
+the other remembers them. Every answer must be equal: statuses (outcome, rule, decision,
+limits), the overall verdict and decision, policies, degraded, failure, ticket presence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ratekeeper import core
+from ratekeeper.policy._engine import CheckResult, Engine, InvalidRequest, make_descriptor
+from ratekeeper.policy._envoy_config import parse_envoy_config
+from ratekeeper.policy._loader import parse_policies_text
+from ratekeeper.policy._model import Policies
+from ratekeeper.stores.memory import MemoryStore
+from ratekeeper.testing import ManualClock
+
+_ALGORITHMS = ("fixed-window", "token-bucket", "gcra", "sliding-window-log",
+               "sliding-window-counter")
+_KEYS = ("user", "op", "tenant")
+_VALUES = ("a", "b", "vip-1", "x")
+
+
+@st.composite
+def _policies(draw: Any) -> Policies:
+    """A random TOML policies file: shadow modes (service, domain, rule), unlimited rules,
+    rule costs, per-rule failure policies, limits of every algorithm, scoped and global."""
+    out = ['[service]\nmax_cost = 50']
+    if draw(st.booleans()) and draw(st.booleans()):
+        out.append("shadow_mode = true")
+    domain_shadow = draw(st.booleans()) and draw(st.booleans())
+    out.append(f"\n[domains.d]\nshadow_mode = {str(domain_shadow).lower()}")
+    for i, key in enumerate(draw(st.lists(st.sampled_from(_KEYS), min_size=1, max_size=3,
+                                          unique=True))):
+        for value in draw(st.lists(st.sampled_from((None, "vip-*", "a")), min_size=1,
+                                   max_size=2, unique=True)):
+            out.append(f"\n[[domains.d.descriptors]]\nkey = \"{key}\"")
+            if value is not None:
+                out.append(f'value = "{value}"')
+            if draw(st.integers(0, 5)) == 0:
+                out.append("unlimited = true")
+                continue
+            if draw(st.integers(0, 3)) == 0:
+                out.append("shadow_mode = true")
+            if draw(st.integers(0, 3)) == 0:
+                out.append(f'failure = "{draw(st.sampled_from(("open", "closed")))}"')
+            if draw(st.booleans()):
+                out.append(f"cost = {draw(st.sampled_from((1, 2, 3)))}")
+            limits = []
+            for j in range(draw(st.integers(1, 2))):
+                alg = draw(st.sampled_from(_ALGORITHMS))
+                rate = draw(st.sampled_from(("3/hour", "5/hour", "10/hour")))
+                scope = ', scope = "global"' if draw(st.integers(0, 3)) == 0 else ""
+                limits.append(f'{{ name = "l{i}{value or ""}{j}", algorithm = "{alg}", '
+                              f'rate = "{rate}"{scope} }}')
+            out.append(f"limits = [{', '.join(limits)}]")
+    return parse_policies_text("\n".join(out))
+
+
+_REPLACES = parse_envoy_config([("d.yaml", """
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 3, name: per-user}
+  - key: op
+    rate_limit:
+      unit: hour
+      requests_per_unit: 5
+      replaces: [{name: per-user}]
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 0}
+""")])
+
+_entries = st.lists(st.tuples(st.sampled_from(_KEYS), st.sampled_from(_VALUES)),
+                    min_size=0, max_size=2)
+_descriptor = st.tuples(_entries, st.sampled_from((None, None, 0, 1, 2)))
+#: A few request shapes per example, each sent many times with varying hits: the memory is
+#: used, and a plan remembered for one hits value must not answer for another.
+_shapes = st.lists(st.tuples(st.sampled_from(("d", "d", "unknown")),
+                             st.lists(_descriptor, min_size=1, max_size=3)),
+                   min_size=1, max_size=4)
+_steps = st.lists(st.tuples(st.integers(0, 3), st.sampled_from((1.0, 1.0, 2.0)),
+                            st.sampled_from((0.0, 0.0, 1.0, 600.0))),
+                  min_size=1, max_size=40)
+
+
+def _summary(r: CheckResult | str) -> Any:
+    if isinstance(r, str):
+        return r
+    return (r._replace(ticket=None), r.ticket is not None,
+            None if r.ticket is None else r.ticket.checks)
+
+
+def _run(engine: Engine, snap: Policies, req: Any, forget: bool) -> CheckResult | str:
+    domain, raw, hits = req
+    descriptors = [make_descriptor(entries, hits=h) for entries, h in raw]
+    if forget:
+        engine._plans.clear()
+    try:
+        return core.run(engine.plan(snap, domain, descriptors, hits))
+    except InvalidRequest as e:
+        return f"{type(e).__name__}: {e}"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(_policies(), st.just(_REPLACES)), _shapes, _steps)
+def test_a_remembered_plan_decides_exactly_as_a_fresh_one(snap: Policies, shapes: list[Any],
+                                                           steps: list[Any]) -> None:
+    clock = ManualClock(1000.0)
+    fresh = Engine(lambda: snap, MemoryStore(), clock=clock)
+    remembered = Engine(lambda: snap, MemoryStore(), clock=clock)
+    for i, hits, advance in steps:
+        clock.advance(advance)
+        domain, raw = shapes[i % len(shapes)]
+        req = (domain, raw, hits)
+        a = _run(fresh, snap, req, forget=True)
+        b = _run(remembered, snap, req, forget=False)
+        assert _summary(b) == _summary(a), req
+
+
+def test_a_request_seen_twice_is_planned_once() -> None:
+    snap = parse_policies_text('[[domains.d.descriptors]]\nkey = "user"\n'
+                               'limits = [{ algorithm = "fixed-window", rate = "2/hour" }]')
+    clock = ManualClock(0.0)
+    engine = Engine(lambda: snap, MemoryStore(), clock=clock)
+    answers = [core.run(engine.plan(snap, "d", [make_descriptor([("user", "u")])]))
+               for _ in range(3)]
+    assert len(engine._plans) == 1
+    assert [r.allowed for r in answers] == [True, True, False]
+    assert [r.statuses[0].outcome for r in answers] == ["allowed", "allowed", "rejected"]
+
+
+def test_a_reloaded_snapshot_plans_afresh() -> None:
+    limited = parse_policies_text('[[domains.d.descriptors]]\nkey = "user"\n'
+                                  'limits = [{ algorithm = "fixed-window", rate = "1/hour" }]')
+    unlimited = parse_policies_text('[[domains.d.descriptors]]\nkey = "user"\n'
+                                    'unlimited = true')
+    clock = ManualClock(0.0)
+    engine = Engine(lambda: limited, MemoryStore(), clock=clock)
+    outcomes = [core.run(engine.plan(snap, "d", [make_descriptor([("user", "u")])])
+                         ).statuses[0].outcome
+                for snap in (limited, unlimited, limited, unlimited)]
+    assert outcomes == ["allowed", "unlimited", "rejected", "unlimited"]
