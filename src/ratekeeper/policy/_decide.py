@@ -19,7 +19,7 @@ from ._http import Extra, HTTPCheck
 from ._model import Policies
 from ._request import RequestInfo
 
-__all__ = ["HTTPDecision", "Verdict", "decide_request", "verdict_of"]
+__all__ = ["HTTPDecision", "Verdict", "decide_mapped", "decide_request", "verdict_of"]
 
 log = logging.getLogger("ratekeeper.policy")
 
@@ -79,6 +79,15 @@ def decide_request(engine: Engine, snap: Policies, req: RequestInfo, now: float,
     check = rules.map(req, now, extras)
     if check is None:
         return None
+    return (yield from decide_mapped(engine, snap, check, now))
+
+
+def decide_mapped(engine: Engine, snap: Policies, check: HTTPCheck, now: float
+                  ) -> core.Plan[HTTPDecision | None]:
+    """Plan: the rest of `decide_request` once the request is mapped: `check` (what
+    ``snap.http.map`` gave for it) decided by the engine. Replay calls it with a mapping it
+    remembered for an identical request (same method, path, host, peer and read headers);
+    everything else decides through `decide_request`, which ends here."""
     simple = engine.simple_checks(snap, check.domain, check.descriptors, check.cost)
     result: CheckResult | None = None
     ticket: core.Ticket | None = None
