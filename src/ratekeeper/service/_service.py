@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from .._types import Limit
 from ..core import merge_decisions
-from ..http.headers import ratelimit_headers, rejection_headers
+from ..http.headers import _ceil_seconds, ratelimit_headers, rejection_headers, sf_string
 from ..policy._engine import CheckResult, Engine
 from ..policy._holder import PolicyHolder
 from ..policy._stats import NullStats, Stats
@@ -48,6 +48,12 @@ class Service:
         return f"Service({self.holder!r}, store={self.store_name}, stopping={self.stopping})"
 
 
+#: The constant parts of `result_headers` per (deciding limit, consulted limits), by their
+#: ids: a few per policies file; cleared when full (reloads make new limits).
+_PARTS: dict[tuple[int, ...], tuple[str, str, object]] = {}
+_PARTS_SIZE = 4096
+
+
 def result_headers(result: CheckResult) -> list[tuple[str, str]]:
     """The response fields a caller should send its client for `result` (the RateLimit
     fields; on a rejection Retry-After too), as the middleware sends them.
@@ -61,7 +67,23 @@ def result_headers(result: CheckResult) -> list[tuple[str, str]]:
     if d is None:
         return _shadow_headers(result)
     if d.allowed:
-        return ratelimit_headers(d, legacy=result.legacy_headers, policies=result.policies)
+        lim = d.limit
+        if lim is None or result.legacy_headers:
+            return ratelimit_headers(d, legacy=result.legacy_headers, policies=result.policies)
+        # What ratelimit_headers answers, with the parts that are constant per set of limits
+        # (the RateLimit-Policy value, the limit's name as a string item) rendered once.
+        policies = result.policies
+        key = (id(lim), *map(id, policies))
+        parts = _PARTS.get(key)
+        if parts is None:
+            if len(_PARTS) >= _PARTS_SIZE:
+                _PARTS.clear()
+            # The entry holds the limits themselves, so their ids stay theirs while it lives.
+            parts = _PARTS[key] = (ratelimit_headers(d, policies=policies)[0][1],
+                                   f"{sf_string(lim.name)};r=", (lim, policies))
+        return [("RateLimit-Policy", parts[0]),
+                ("RateLimit", f"{parts[1]}{max(0, int(d.remaining))};"
+                              f"t={_ceil_seconds(d.reset_after)}")]
     return rejection_headers(d, legacy=result.legacy_headers, policies=result.policies,
                              content_type=False)
 

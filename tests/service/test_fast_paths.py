@@ -1,0 +1,135 @@
+"""The service's fast paths answer exactly what the general ones answer.
+
+- ``POST /v1/check`` is answered before Starlette's middleware and router (`_ServiceApp`);
+  under a ``root_path`` it still goes through Starlette's route. Both must send the same
+  messages (status, headers in order, body bytes) for every body, good or bad.
+- `result_headers` renders the constant parts of the RateLimit fields once per set of
+  limits; its fields must be what `ratelimit_headers` / `rejection_headers` build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ratekeeper import Decision, Limit
+from ratekeeper.http.headers import ratelimit_headers, rejection_headers
+from ratekeeper.policy._engine import CheckResult
+from ratekeeper.policy._holder import PolicyHolder
+from ratekeeper.service._http import create_app
+from ratekeeper.service._service import Service, result_headers
+from ratekeeper.service._stats import PrometheusStats
+from ratekeeper.stores.memory import MemoryStore
+from ratekeeper.testing import ManualClock
+
+POLICIES = Path(__file__).parent / "policies" / "service.toml"
+
+BODIES = [
+    b'{"domain":"t","descriptors":[{"user":"fast-a"}]}',
+    b'{"domain":"t","descriptors":[{"user":"fast-a"}]}',
+    b'{"domain":"t","descriptors":[{"user":"fast-a"}]}',
+    b'{"domain":"t","descriptors":[{"user":"fast-a"}]}',  # over its 3/hour
+    b'{"domain":"t","descriptors":[{"user":"fast-b","op":"export"}],"cost":2}',
+    b'{"domain":"t","descriptors":[{"tenant":"x"},{"user":"vip-1"},{"user":"trial-1"}]}',
+    b'{"domain":"t","descriptors":[{"user":"trial-1"}]}',
+    b'{"domain":"t","key":"k1"}',
+    b'{"domain":"nope","descriptors":[{"user":"a"}]}',
+    b'{"domain":"t","descriptors":[{"entries":[{"key":"user","value":"e"}],"cost":0}]}',
+    b'{"domain":"t","descriptors":[]}',
+    b'{"domain":"t"',
+    b'\xff\xfe',
+    b'[1]',
+    b'{"domain":"t","descriptors":[{"user":"fast-c"}],"cost":1e400}',
+    b'{"domain":"t","descriptors":[{"user":"fast-c"}],"extra":1}',
+    b"x" * 70_000,  # over the body limit
+]
+
+
+def _app() -> Any:
+    clock = ManualClock(1_000_000.0)
+    stats = PrometheusStats()
+    holder = PolicyHolder(POLICIES, stats=stats)
+    return create_app(Service(holder, MemoryStore(), stats=stats, clock=clock))
+
+
+async def _call(app: Any, body: bytes, *, root_path: str = "", chunked: bool = False,
+                length: bytes | None = None) -> list[dict[str, Any]]:
+    headers = [(b"host", b"t"), (b"content-type", b"application/json")]
+    if length is not None:
+        headers.append((b"content-length", length))
+    elif not chunked:
+        headers.append((b"content-length", str(len(body)).encode()))
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": root_path + "/v1/check",
+             "raw_path": (root_path + "/v1/check").encode(), "root_path": root_path,
+             "query_string": b"", "headers": headers, "client": ("127.0.0.1", 1),
+             "server": ("127.0.0.1", 80), "state": {}}
+    parts = [body[i:i + 7] for i in range(0, len(body), 7)] if chunked else [body]
+    msgs = [{"type": "http.request", "body": p, "more_body": i < len(parts) - 1}
+            for i, p in enumerate(parts)]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return msgs.pop(0) if msgs else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_the_hot_route_sends_what_starlettes_route_sends(chunked: bool) -> None:
+    fast, routed = _app(), _app()
+
+    async def both() -> None:
+        for body in BODIES:
+            a = await _call(fast, body, chunked=chunked)
+            b = await _call(routed, body, root_path="/under", chunked=chunked)
+            assert a == b, body[:80]
+            assert a[0]["type"] == "http.response.start"
+        # A Content-Length that is no number, one over the limit, a client gone mid-body.
+        for length in (b"12x", b"999999"):
+            assert await _call(fast, BODIES[0], length=length) == \
+                await _call(routed, BODIES[0], root_path="/under", length=length)
+        assert await _call(fast, b"", length=b"40") == \
+            await _call(routed, b"", root_path="/under", length=b"40")
+
+    asyncio.run(both())
+
+
+def test_the_hot_route_answers_a_decision_as_json() -> None:
+    sent = asyncio.run(_call(_app(), BODIES[0]))
+    assert sent[0]["status"] == 200
+    assert sent[0]["headers"] == [(b"content-length", str(len(sent[1]["body"])).encode()),
+                                  (b"content-type", b"application/json")]
+    assert sent[1]["body"].startswith(b'{"allowed":true,"code":"OK","domain":"t",')
+
+
+_LIMITS = [Limit("gcra", "1000/s", burst=1000, name="per-user"),
+           Limit("token-bucket", "10/minute", name="everyone"),
+           Limit("fixed-window", "3/hour", name='odd"name'),
+           Limit("fixed-window", "3/hour")]
+_numbers = st.one_of(st.integers(-5, 10**6), st.floats(-5, 1e6, allow_nan=False))
+_delays = st.one_of(st.floats(0, 1e7, allow_nan=False), st.just(0.0))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_LIMITS), st.lists(st.sampled_from(_LIMITS), max_size=4),
+       st.booleans(), st.booleans(), _numbers, _delays, _delays)
+def test_result_headers_are_ratelimit_headers(lim: Limit, consulted: list[Limit],
+                                              allowed: bool, legacy: bool, remaining: float,
+                                              reset: float, retry: float) -> None:
+    d = Decision(allowed, remaining, 0.0 if allowed else retry, reset, 0.0, lim)  # type: ignore[arg-type]
+    r = CheckResult("d", allowed, d, (), tuple(consulted), legacy_headers=legacy)
+    expected = (ratelimit_headers(d, legacy=legacy, policies=tuple(consulted)) if allowed
+                else rejection_headers(d, legacy=legacy, policies=tuple(consulted),
+                                       content_type=False))
+    assert result_headers(r) == expected
+    assert result_headers(r) == expected  # the second time from the rendered parts
