@@ -21,6 +21,7 @@ from ratekeeper import Decision, Limit
 from ratekeeper.http.headers import ratelimit_headers, rejection_headers
 from ratekeeper.policy._engine import CheckResult
 from ratekeeper.policy._holder import PolicyHolder
+from ratekeeper.service._grpc import _compute_rate_unit, _rate_unit
 from ratekeeper.service._http import create_app
 from ratekeeper.service._service import Service, result_headers
 from ratekeeper.service._stats import PrometheusStats
@@ -133,3 +134,14 @@ def test_result_headers_are_ratelimit_headers(lim: Limit, consulted: list[Limit]
                                        content_type=False))
     assert result_headers(r) == expected
     assert result_headers(r) == expected  # the second time from the rendered parts
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 10**7), st.sampled_from(("s", "2s", "m", "3m", "h", "d", "7d", "week",
+                                               "30d", "365d", "90s")))
+def test_a_limits_envoy_rate_is_computed_once_and_the_same(amount: int, per: str) -> None:
+    lim = Limit("fixed-window", f"{amount}/{per}")
+    assert _rate_unit(lim) == _compute_rate_unit(lim)
+    assert _rate_unit(lim) == _compute_rate_unit(lim)  # from memory
+    other = Limit("fixed-window", f"{amount + 1}/{per}")
+    assert _rate_unit(other) == _compute_rate_unit(other)

@@ -125,7 +125,21 @@ def parse_request(req: rls_pb2.RateLimitRequest) -> tuple[str, list[DescriptorRe
     return req.domain, out, hits
 
 
+#: `_rate_unit` per limit, by id; each entry holds its limit, so the id stays its own.
+_RATE_UNITS: dict[int, tuple[Limit, tuple[int, int]]] = {}
+
+
 def _rate_unit(lim: Limit) -> tuple[int, int]:
+    """`_compute_rate_unit(lim)`, computed once per limit (a few per policies file)."""
+    got = _RATE_UNITS.get(id(lim))
+    if got is None:
+        if len(_RATE_UNITS) >= 4096:  # reloads make new limits
+            _RATE_UNITS.clear()
+        got = _RATE_UNITS[id(lim)] = (lim, _compute_rate_unit(lim))
+    return got[1]
+
+
+def _compute_rate_unit(lim: Limit) -> tuple[int, int]:
     """A limit's rate as Envoy's (requests_per_unit, unit): the configured amount and unit
     when the period is one of Envoy's (60/minute -> 60 per MINUTE, 1/week -> 1 per WEEK),
     else the smallest unit with a whole number of requests (3/2s -> 90 per MINUTE)."""
