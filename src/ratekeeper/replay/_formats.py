@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from .._errors import ConfigError
@@ -81,6 +81,19 @@ def unescape(s: str) -> str:
         return s
     b = _ESC.sub(_esc, s.encode("utf-8", "surrogateescape"))
     return b.decode("utf-8", "replace")
+
+
+_UNESCAPED: dict[str, str] = {}
+
+
+def _unescape_cached(s: str) -> str:
+    """`unescape`, remembered: the same escaped user agent comes back on many lines."""
+    got = _UNESCAPED.get(s)
+    if got is None:
+        if len(_UNESCAPED) >= 4096:  # bounded, whatever the log
+            _UNESCAPED.clear()
+        got = _UNESCAPED[s] = unescape(s)
+    return got
 
 
 def _split_target(target: str) -> tuple[str, str | None]:
@@ -195,7 +208,8 @@ class LogFormat:
     (``fields["rest"]``), as `COMBINED` and `COMMON` do.
     """
 
-    __slots__ = ("_bytes", "_client", "_fast", "_headers", "_host", "_match", "_method", "_path",
+    __slots__ = ("_bytes", "_client", "_fast", "_headers", "_host", "_lean", "_lean_fast",
+                 "_lean_headers", "_lean_index", "_lean_quoted", "_match", "_method", "_path",
                  "_quoted", "_request", "_status", "_time", "_time_kind", "_times", "name",
                  "regex", "spec", "variables")
 
@@ -239,7 +253,8 @@ class LogFormat:
         tail = r"(?: (?P<rest>.*))?" if trailing else ""
         self.regex = re.compile("".join(parts) + tail + r"\r?")
         self._match = self.regex.fullmatch
-        self._fast = re.compile(self.regex.pattern.replace(_QUOTED, _QUOTED_FAST)).fullmatch
+        fast = re.compile(self.regex.pattern.replace(_QUOTED, _QUOTED_FAST))
+        self._fast = fast.fullmatch
         self.variables: tuple[str, ...] = tuple(names)
         self._quoted = tuple(quoted)
         have = set(names)
@@ -262,16 +277,34 @@ class LogFormat:
         self._host = first("host", "http_host", "server_name")
         self._headers = tuple((v, _header_name(v)) for v in names if v.startswith("http_"))
         self._times = TimeCache()
+        # The lean regexes: the same patterns, capturing only what an event is made of (the
+        # rest of `fields` is read from the line if asked for, by `_LineFields`).
+        needed = [v for v in names if v in {
+            self._time, self._client, self._request, self._method, self._path, self._status,
+            self._bytes, self._host} or v.startswith("http_")]
+        at = {v: i for i, v in enumerate(needed)}
+        # where the lean match's groups() has each part of an event (-1: the format has none)
+        self._lean_index = tuple(-1 if v is None else at[v] for v in (
+            self._time, self._client, self._request, self._method, self._path, self._status,
+            self._bytes, self._host))
+        self._lean_headers = tuple((at[v], h) for v, h in self._headers)
+        self._lean_quoted = tuple(i for i, v in enumerate(needed) if v in quoted)
+
+        def lean(rx: re.Pattern[str]) -> Callable[[str], re.Match[str] | None]:
+            pattern = re.sub(r"\(\?P<(\w+)>", lambda g: "(" if g[1] in at
+                             else "(?:", rx.pattern)
+            return re.compile(pattern).fullmatch
+
+        self._lean = lean(self.regex)
+        self._lean_fast = lean(fast)
 
     def __repr__(self) -> str:
         return f"LogFormat({self.spec!r}, name={self.name!r})"
 
-    def parse(self, line: str, lineno: int) -> LogEvent | None:
-        # The hot path of a replay: one regex match, then only dict lookups and slicing.
+    def fields_of(self, line: str) -> dict[str, str]:
+        """Every variable of `line` (a line `parse` read), unescaped: `LogEvent.fields`."""
         m = (self._fast if '\\"' not in line else self._match)(line)
         if m is None:
-            if not line.strip():
-                return None
             raise BadLine("format", f"does not match the {self.name} format")
         d: dict[str, str] = m.groupdict()
         if "\\" in line:
@@ -279,7 +312,27 @@ class LogFormat:
                 v = d[k]
                 if "\\" in v:
                     d[k] = unescape(v)
-        ts = d[self._time]
+        if "rest" in d and d["rest"] is None:
+            del d["rest"]
+        return d
+
+    def parse(self, line: str, lineno: int) -> LogEvent | None:
+        # The hot path of a replay: one regex match capturing only what the event needs,
+        # then tuple indexing and slicing; `fields` is read from the line when asked for.
+        m = (self._lean_fast if '\\"' not in line else self._lean)(line)
+        if m is None:
+            if not line.strip():
+                return None
+            raise BadLine("format", f"does not match the {self.name} format")
+        g: tuple[str, ...] | list[str] = m.groups()
+        if "\\" in line:
+            g = list(g)
+            for i in self._lean_quoted:
+                if "\\" in (v := g[i]):
+                    g[i] = _unescape_cached(v)
+        i_time, i_client, i_request, i_method, i_path, i_status, i_bytes, i_host = \
+            self._lean_index
+        ts = g[i_time]
         kind = self._time_kind
         try:
             if kind == "clf":
@@ -291,8 +344,8 @@ class LogFormat:
         except ValueError as e:
             raise BadLine("time", str(e)) from None
         host = None
-        if self._request is not None:
-            req = d[self._request]
+        if i_request >= 0:
+            req = g[i_request]
             parts = req.split(" ")
             if len(parts) == 3 and parts[1][:1] == "/" and parts[0].isalpha():
                 method, path = parts[0], parts[1]  # the usual "GET /a?b HTTP/1.1"
@@ -304,25 +357,59 @@ class LogFormat:
             else:
                 method, path, host = _request(req)
         else:
-            method = d[self._method] if self._method else ""
-            path = _split_target(d[self._path])[0] if self._path else ""
-        if self._host is not None:
-            host = _opt(d[self._host]) or host
+            method = g[i_method] if i_method >= 0 else ""
+            path = _split_target(g[i_path])[0] if i_path >= 0 else ""
+        if i_host >= 0:
+            host = _opt(g[i_host]) or host
         what, status, size = "status", None, None
         try:
-            if self._status is not None and (v := d[self._status]) != "-":
+            if i_status >= 0 and (v := g[i_status]) != "-":
                 status = int(v)
             what = "bytes"
-            if self._bytes is not None:
-                size = 0 if (v := d[self._bytes]) == "-" else int(v)  # Apache: "-" for 0
+            if i_bytes >= 0:
+                size = 0 if (v := g[i_bytes]) == "-" else int(v)  # Apache: "-" for 0
         except ValueError:
             raise BadLine(what, f"{what} is not a number: {v[:20]!r}") from None
-        if "rest" in d and d["rest"] is None:
-            del d["rest"]
-        headers = {h: v for k, h in self._headers if (v := d[k]) != "-"}
-        return LogEvent(
-            t, d[self._client] if self._client else "", method, path, status, size,
-            headers.get("user-agent"), headers.get("referer"), host, headers, d, lineno)
+        headers = {h: v for i, h in self._lean_headers if (v := g[i]) != "-"}
+        return _new_event(LogEvent, (
+            t, g[i_client] if i_client >= 0 else "", method, path, status, size,
+            headers.get("user-agent"), headers.get("referer"), host, headers,
+            _LineFields(self, line), lineno))
+
+
+_new_event = tuple.__new__  # a LogEvent's fields as a tuple, without its Python __new__
+
+
+class _LineFields(Mapping[str, str]):
+    """`LogEvent.fields` of a `LogFormat` line, read from the line on first use (most
+    replays never look at them)."""
+
+    __slots__ = ("_d", "_format", "_line")
+
+    def __init__(self, format: LogFormat, line: str) -> None:
+        self._format, self._line = format, line
+        self._d: dict[str, str] | None = None
+
+    def _fields(self) -> dict[str, str]:
+        d = self._d
+        if d is None:
+            d = self._d = self._format.fields_of(self._line)
+        return d
+
+    def __getitem__(self, key: str) -> str:
+        return self._fields()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields())
+
+    def __len__(self) -> int:
+        return len(self._fields())
+
+    def __repr__(self) -> str:
+        return repr(self._fields())
+
+    def __reduce__(self) -> tuple[type[dict[str, str]], tuple[dict[str, str]]]:
+        return dict, (self._fields(),)  # pickled as the plain dict it stands for
 
 
 COMBINED = LogFormat(NGINX_COMBINED, name="combined", trailing=True)
