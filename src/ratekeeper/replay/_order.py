@@ -2,7 +2,7 @@
 
 nginx writes a line when a request *ends*, and several workers write to one file, so a log
 is only nearly sorted: a line can be older than the one before it by up to a request's
-duration. `reorder` holds events in a heap until the newest time seen is `window` seconds
+duration. `reorder` holds events back until the newest time seen is `window` seconds
 past them, then hands them out oldest first (equal times keep their line order).
 
 An event older than one already handed out cannot be put in place: it is *late*. With
@@ -10,7 +10,7 @@ An event older than one already handed out cannot be put in place: it is *late*.
 every request of the log still counts (its true time stays in ``fields``); ``late="drop"``
 leaves it out. Either way it is counted in `ReadStats.late`.
 
-Memory: the heap holds the events of one window (and never more than `max_pending`; past
+Memory: `reorder` holds the events of one window (and never more than `max_pending`; past
 that the oldest is handed out early, so a log with a huge backwards jump stays bounded).
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Iterable, Iterator
 
 from .._errors import ConfigError
@@ -45,10 +46,14 @@ def reorder(events: Iterable[LogEvent], stats: ReadStats, *, window: float = 2.0
     (`reordered`, `late`, `dropped`, `events`, `first_t`, `last_t`)."""
     check_order_options(window, late, max_pending)
     drop = late == "drop"
+    # Two sorted stores, merged on the way out by (time, line order): `pending`, the events
+    # that came in time order (nearly all of a log: an append and a popleft each), and
+    # `heap`, the few that came after a later one.
+    pending: deque[tuple[float, int, LogEvent]] = deque()
     heap: list[tuple[float, int, LogEvent]] = []
-    push, pop = heapq.heappush, heapq.heappop
+    push, pop, append, popleft = heapq.heappush, heapq.heappop, pending.append, pending.popleft
     seq = 0
-    hi = last = -math.inf
+    hi = last = tail = -math.inf  # tail: the time of pending's newest event
     n = 0
     try:
         for ev in events:
@@ -64,17 +69,33 @@ def reorder(events: Iterable[LogEvent], stats: ReadStats, *, window: float = 2.0
                 stats.reordered += 1
             else:
                 hi = t
-            push(heap, (t, seq, ev))
+            if t >= tail:
+                append((t, seq, ev))
+                tail = t
+            else:
+                push(heap, (t, seq, ev))
             seq += 1
             edge = hi - window
-            while heap and (heap[0][0] <= edge or len(heap) > max_pending):
-                last, _, out = pop(heap)
+            while True:
+                if heap and (not pending or heap[0] < pending[0]):
+                    if heap[0][0] > edge and len(heap) + len(pending) <= max_pending:
+                        break
+                    last, _, out = pop(heap)
+                elif pending:
+                    if pending[0][0] > edge and len(pending) + len(heap) <= max_pending:
+                        break
+                    last, _, out = popleft()
+                else:
+                    break
                 if n == 0:
                     stats.first_t = last
                 n += 1
                 yield out
-        while heap:
-            last, _, out = pop(heap)
+        while heap or pending:
+            if heap and (not pending or heap[0] < pending[0]):
+                last, _, out = pop(heap)
+            else:
+                last, _, out = popleft()
             if n == 0:
                 stats.first_t = last
             n += 1

@@ -64,7 +64,7 @@ def request_of(ev: LogEvent) -> RequestInfo:
 #: memo is emptied when full, so memory stays bounded on any log.
 MAP_CACHE_SIZE = 1 << 16
 
-_new_check = tuple.__new__  # HTTPCheck's fields as a tuple, without its Python __new__
+_new_check = tuple.__new__  # a named tuple from its fields, without its Python __new__
 
 
 class MappingInputs(NamedTuple):
@@ -134,8 +134,10 @@ def _remembering(policies: Policies, rules: HTTPRules, engine: Engine, clock: Ma
         if ev.t > now:  # a clamped late line keeps the clock where it is
             now = ev.t
             clock.set(now)
-        req = request_of(ev)
-        h = req.headers
+        h = dict(ev.headers)  # request_of(ev), inline: this loop runs once per line
+        if ev.host and "host" not in h:
+            h["host"] = ev.host
+        req = RequestInfo(ev.method or "GET", ev.path or "/", h, ev.client or None)
         key: tuple[str | None, ...] = (req.method if by_method else "",
                                        req.path if by_path else "", req.peer,
                                        h.get(host_h), h.get(fwd_h))
@@ -150,5 +152,5 @@ def _remembering(policies: Policies, rules: HTTPRules, engine: Engine, clock: Ma
         else:
             fields, req.client_ip = hit
             check = None if fields is None else _new_check(HTTPCheck, (*fields, req))
-        yield Replayed(ev, None if check is None else
-                       run(decide_mapped(engine, policies, check, now)))
+        yield _new_check(Replayed, (ev, None if check is None else
+                                    run(decide_mapped(engine, policies, check, now))))
