@@ -370,7 +370,10 @@ class LogFormat:
                 size = 0 if (v := g[i_bytes]) == "-" else int(v)  # Apache: "-" for 0
         except ValueError:
             raise BadLine(what, f"{what} is not a number: {v[:20]!r}") from None
-        headers = {h: v for i, h in self._lean_headers if (v := g[i]) != "-"}
+        headers = {}
+        for i, h in self._lean_headers:  # a loop: no comprehension frame per line
+            if (v := g[i]) != "-":
+                headers[h] = v
         return _new_event(LogEvent, (
             t, g[i_client] if i_client >= 0 else "", method, path, status, size,
             headers.get("user-agent"), headers.get("referer"), host, headers,
