@@ -22,6 +22,7 @@ from ratekeeper.replay import read_log
 from ratekeeper.replay._events import LogEvent
 from ratekeeper.replay._replay import Replayed, mapping_inputs, replay
 from tests.replay.make_sample import REPLAY_FORMAT
+from tests.replay.test_replay import POLICIES as SAMPLE
 
 DATA = Path(__file__).parent / "data"
 
@@ -100,30 +101,7 @@ value = "login"
 '''
 
 #: The sample's own policies (tests/replay/test_replay.py's), by client IP behind nginx.
-SAMPLE_POLICIES = '''
-[http]
-domain = "web"
-descriptors = [["client_ip"], ["route", "client_ip"]]
-exempt = { paths = ["/moved"] }
-
-[http.client_ip]
-trusted_proxies = ["127.0.0.1", "::1"]
-
-[[http.routes]]
-name = "static"
-path = "/static/**"
-mode = "replace"
-descriptors = [["route"]]
-
-[[domains.web.descriptors]]
-key = "client_ip"
-limits = [{ name = "per-client", algorithm = "gcra", rate = "5/s", burst = 8 }]
-
-[[domains.web.descriptors]]
-key = "route"
-value = "static"
-limits = [{ name = "static", algorithm = "sliding-window-counter", rate = "40/s" }]
-'''
+SAMPLE_POLICIES = SAMPLE
 
 #: Per client only: the mapping reads neither method nor path.
 PER_IP = '''
