@@ -5,7 +5,7 @@ README.md links from the repository root (`docs/algorithms.md`), because that is
 when the files are read in the repository. MkDocs only knows docs/, so strict mode would call
 every such link broken. These hooks keep the Markdown as it is and make the site whole:
 
-- README.md becomes the page `guide.md` and bench/README.md the page `benchmarks.md`
+- README.md becomes the page `guide.md` and bench/README.md the page `bench.md`
   (generated, not copied, so they cannot drift);
 - every relative link is resolved against the file's place in the repository: a target under
   docs/ becomes that page, README.md and bench/README.md become the pages above, and any other
@@ -28,7 +28,7 @@ from mkdocs.structure.files import File, Files, InclusionLevel
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Repository files shown as pages of their own, at these site paths.
-PAGES = {"README.md": "guide.md", "bench/README.md": "benchmarks.md"}
+PAGES = {"README.md": "guide.md", "bench/README.md": "bench.md"}
 
 # `](target)` of inline links and images, `[label]: target` of reference definitions.
 _INLINE = re.compile(r"(?P<lead>\]\()(?P<target><[^>]*>|[^)\s]+)")
