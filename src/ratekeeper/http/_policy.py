@@ -57,7 +57,6 @@ from ..policy._http import (
     Attribute,
     Entry,
     Extra,
-    HTTPCheck,
     HTTPRoute,
     HTTPRules,
     PathPattern,
@@ -390,6 +389,7 @@ class RouteLimit:
     exempt: bool = False
     checker: Limits | None = field(init=False, repr=False, default=None)
     _rules: dict[str, Rule] = field(init=False, repr=False, default_factory=dict)
+    _extra: list[Extra] = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -657,10 +657,6 @@ class _PoliciesEngine:
         assert rules is not None  # a reload keeps a snapshot without one out (see reload)
         return rules
 
-    def check(self, req: RequestInfo) -> HTTPCheck | None:
-        """`req`'s descriptors under the live policies (None: not limited)."""
-        return self.rules.map(req, self.clock())
-
     def handle(self, req: RequestInfo, route: RouteLimits = None
                ) -> core.Plan[Outcome | None]:
         """Plan: as `_Engine.handle`, for a policies file (`ratekeeper.policy.decide_request`,
@@ -686,8 +682,11 @@ class _PoliciesEngine:
 
 
 def _extra_of(route: RouteLimit) -> Extra:
-    """A decorator's limits as the policies mapping takes them."""
-    return Extra(route.endpoint, route.rule, route.key, route.mode, route.cost, route.exempt)
+    """A decorator's limits as the policies mapping takes them (made once per route)."""
+    if not route._extra:
+        route._extra.append(Extra(route.endpoint, route.rule, route.key, route.mode,
+                                  route.cost, route.exempt))
+    return route._extra[0]
 
 
 class _Response(Protocol):

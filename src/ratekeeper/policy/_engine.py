@@ -290,11 +290,6 @@ class Engine:
         `InvalidRequest` on bad input."""
         return await core.arun(self.plan(self._policies(), domain, descriptors, hits))
 
-    def check_sync(self, domain: str, descriptors: Sequence[DescriptorRequest],
-                   hits: float = 1.0) -> CheckResult:
-        """`check` on a synchronous store (the WSGI middleware's)."""
-        return core.run(self.plan(self._policies(), domain, descriptors, hits))
-
     def plan(self, snap: Policies, domain: str, descriptors: Sequence[DescriptorRequest],
              hits: float = 1.0) -> core.Plan[CheckResult]:
         """Plan: decide one request on the snapshot `snap`; either driver runs it."""
