@@ -57,6 +57,7 @@ from ..policy._http import (
     Attribute,
     Entry,
     Extra,
+    HTTPCheck,
     HTTPRoute,
     HTTPRules,
     PathPattern,
@@ -656,6 +657,11 @@ class _PoliciesEngine:
         rules = self.source().http
         assert rules is not None  # a reload keeps a snapshot without one out (see reload)
         return rules
+
+    def check(self, req: RequestInfo) -> HTTPCheck | None:
+        """`req`'s descriptors under the live policies, without deciding them (None: not
+        limited): what a request becomes, for a test or a curious operator."""
+        return self.rules.map(req, self.clock())
 
     def handle(self, req: RequestInfo, route: RouteLimits = None
                ) -> core.Plan[Outcome | None]:
