@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,18 @@ from hypothesis import strategies as st
 
 from ratekeeper import Decision, Limit
 from ratekeeper.http.headers import ratelimit_headers, rejection_headers
-from ratekeeper.policy._engine import CheckResult
+from ratekeeper.policy._engine import CheckResult, InvalidRequest
 from ratekeeper.policy._holder import PolicyHolder
+from ratekeeper.service import _http
 from ratekeeper.service._grpc import _compute_rate_unit, _rate_unit
-from ratekeeper.service._http import create_app
+from ratekeeper.service._http import (
+    check_answer,
+    create_app,
+    dumps,
+    parse_check,
+    parse_check_cached,
+    result_json,
+)
 from ratekeeper.service._service import Service, result_headers
 from ratekeeper.service._stats import PrometheusStats
 from ratekeeper.stores.memory import MemoryStore
@@ -145,3 +154,99 @@ def test_a_limits_envoy_rate_is_computed_once_and_the_same(amount: int, per: str
     assert _rate_unit(lim) == _compute_rate_unit(lim)  # from memory
     other = Limit("fixed-window", f"{amount + 1}/{per}")
     assert _rate_unit(other) == _compute_rate_unit(other)
+
+
+# ---------------------------------------------------------------- the /v1/check answer
+
+_TRACE = [
+    b'{"domain":"t","descriptors":[{"user":"enc-a"}]}',
+    b'{"domain":"t","descriptors":[{"user":"enc-a"}]}',
+    b'{"domain":"t","descriptors":[{"user":"enc-b","op":"export"}],"cost":2}',
+    b'{"domain":"t","descriptors":[{"user":"enc-c","op":"read"}],"cost":0.5}',
+    b'{"domain":"t","descriptors":[{"tenant":"enc"},{"user":"vip-1"},{"user":"trial-9"}]}',
+    b'{"domain":"t","descriptors":[{"tenant":"enc"},{"user":"enc-d"}]}',
+    b'{"domain":"t","descriptors":[{"user":"trial-9"}]}',  # its shadow rule rejects: OK
+    b'{"domain":"t","descriptors":[{"entries":[{"key":"user","value":"enc-e"}],"cost":0}]}',
+    b'{"domain":"t","key":"k1"}',
+    b'{"domain":"nope","descriptors":[{"user":"a"}]}',
+]
+
+
+def _trace_results() -> list[CheckResult]:
+    clock = ManualClock(1_000_000.0)
+    holder = PolicyHolder(POLICIES)
+    engine = Service(holder, MemoryStore(), clock=clock).engine
+
+    async def run() -> list[CheckResult]:
+        out = []
+        for body in _TRACE * 5:  # the later rounds: counters run down, limits reject
+            out.append(await engine.check(*parse_check(body)))
+            clock.advance(0.37)
+        return out
+
+    return asyncio.run(run())
+
+
+def test_check_answers_are_the_general_encoding_byte_for_byte() -> None:
+    results = _trace_results()
+    assert {r.allowed for r in results} == {True, False}  # both paths taken
+    assert any(len(r.statuses) > 1 and r.allowed for r in results)
+    for r in results:
+        assert check_answer(r) == dumps(result_json(r)), r
+
+
+_floats = st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                    st.floats(0, 1e-3), st.floats(1e15, 1e20), st.sampled_from(
+                        [0.0, -0.0, 1e-05, 5e-05, 1e-07, 0.000999928, 1e16, 123456789.123]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, len(_TRACE) * 5 - 1), st.one_of(st.integers(-10, 10**12), _floats),
+       _floats, _floats, st.booleans(), st.integers(0, 10**6),
+       st.text(max_size=8), st.sampled_from([math.inf, math.nan, None, 1.0]))
+def test_check_answers_with_any_numbers_are_the_general_encoding(
+        i: int, remaining: float, reset: float, delay: float, degraded: bool,
+        generation: int, domain: str, odd: float | None) -> None:
+    r = _RESULTS[i]
+    if r.decision is None:
+        return
+    d = r.decision._replace(remaining=remaining, reset_after=reset, delay=delay)
+    statuses = tuple(s._replace(decision=d if s.decision is r.decision else s.decision)
+                     for s in r.statuses)
+    changed = r._replace(decision=d, statuses=statuses, degraded=degraded,
+                         generation=generation, domain=domain or r.domain)
+    assert check_answer(changed) == dumps(result_json(changed))
+    # A number the reference refuses (or a None it prints as null): the same answer or error.
+    weird = changed._replace(decision=d._replace(reset_after=odd))
+    try:
+        expected = dumps(result_json(weird))
+    except (ValueError, TypeError) as e:
+        with pytest.raises(type(e)):
+            check_answer(weird)
+    else:
+        assert check_answer(weird) == expected
+
+
+_RESULTS = _trace_results()
+
+
+def test_a_parsed_body_is_remembered_and_a_bad_one_is_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_http, "_PARSED", {})
+    monkeypatch.setattr(_http, "_PARSED_SIZE", 3)
+    body = b'{"domain":"t","descriptors":[{"user":"p"},{"entries":[{"key":"k","value":"v"}]}]}'
+    first = parse_check_cached(body)
+    domain, descriptors, cost = parse_check(body)
+    assert first == (domain, tuple(descriptors), cost)
+    assert parse_check_cached(body) is first  # from memory
+    for bad in (b'{"domain":"t"', b'{"domain":"t","descriptors":[]}'):
+        for _ in range(2):  # each time, with its message
+            with pytest.raises(InvalidRequest):
+                parse_check_cached(bad)
+    assert list(_http._PARSED) == [body]
+    for n in range(10):  # bounded: cleared when full
+        parse_check_cached(b'{"domain":"t","key":"k%d"}' % n)
+        assert len(_http._PARSED) <= 3
+    long = b'{"domain":"t","key":"%s"}' % (b"x" * _http._PARSED_MAX_BODY)
+    parse_check_cached(long)
+    assert long not in _http._PARSED

@@ -40,7 +40,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -51,8 +51,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from .. import core
-from .._json import decision_json
-from .._types import Decision
+from .._json import decision_json, json_number
+from .._types import Decision, Limit
 from ..http.headers import PROBLEM_CONTENT_TYPE, problem_body, ratelimit_headers, rejection_headers
 from ..policy._decide import HTTPDecision, decide_request
 from ..policy._engine import (
@@ -172,6 +172,28 @@ def _json_object(body: bytes, example: str) -> dict[str, Any]:
     return obj
 
 
+#: `parse_check`'s answers by body: a returning client sends the same bytes (its key, its
+#: descriptors), and the answer is a pure function of them. Bounded; cleared when full.
+_PARSED: dict[bytes, tuple[str, tuple[DescriptorRequest, ...], float]] = {}
+_PARSED_SIZE = 10_000
+#: Bodies longer than this are parsed afresh (a typical check is under 100 bytes).
+_PARSED_MAX_BODY = 512
+
+
+def parse_check_cached(body: bytes) -> tuple[str, Sequence[DescriptorRequest], float]:
+    """`parse_check`, remembered per body (only valid ones: a bad body raises each time)."""
+    got = _PARSED.get(body)
+    if got is not None:
+        return got
+    domain, descriptors, cost = parse_check(body)
+    if len(body) <= _PARSED_MAX_BODY:
+        if len(_PARSED) >= _PARSED_SIZE:
+            _PARSED.clear()
+        got = _PARSED[body] = (domain, tuple(descriptors), cost)
+        return got
+    return domain, descriptors, cost
+
+
 def parse_check(body: bytes) -> tuple[str, list[DescriptorRequest], float]:
     """Validate a ``/v1/check`` body: ``(domain, descriptors, cost)``, or `InvalidRequest`."""
     obj = _json_object(body, '{"domain": "api", "descriptors": [{"user": "alice"}]}')
@@ -256,6 +278,81 @@ def result_json(r: CheckResult) -> dict[str, Any]:
     if not r.allowed and r.decision is not None:
         out["problem"] = json.loads(problem_body(r.decision))
     return out
+
+
+#: JSON text of a string, as `_stdlib_dumps` writes it (ensure_ascii=False): the C function
+#: json.dumps itself calls for a str.
+_json_str: Callable[[str], str] = json.encoder.encode_basestring
+
+#: The constant JSON text around a status's decision, by (outcome, rule, limits); each entry
+#: holds its rule and limits so that their ids stay theirs while it lives. Cleared when full.
+_STATUS_HEADS: dict[tuple[str, int, int], tuple[str, object, object]] = {}
+#: The JSON text of a limit's name, by limit id (the entry holds the limit).
+_LIMIT_NAMES: dict[int, tuple[str, object]] = {}
+_FRAGMENTS_SIZE = 4096
+
+
+def _limit_name(lim: Limit) -> str:
+    got = _LIMIT_NAMES.get(id(lim))
+    if got is None:
+        if len(_LIMIT_NAMES) >= _FRAGMENTS_SIZE:
+            _LIMIT_NAMES.clear()
+        got = _LIMIT_NAMES[id(lim)] = (_json_str(lim.name), lim)
+    return got[0]
+
+
+def _decision_text(d: Decision) -> str | None:
+    """`decision_json(d)` as `_stdlib_dumps` writes it; None when it has no limit or a
+    number that is not finite (the general path answers those)."""
+    lim = d.limit
+    if lim is None:
+        return None
+    retry = 0 if d.allowed else json_number(d.retry_after)
+    numbers = (f'{d.remaining!r},"retry_after":{retry!r},'
+               f'"reset_after":{json_number(d.reset_after)!r},'
+               f'"delay":{json_number(d.delay)!r}')
+    if "n" in numbers:  # inf, nan (the reference refuses them) or None (its null)
+        return None
+    return (f'{{"allowed":{"true" if d.allowed else "false"},"remaining":{numbers},'
+            f'"limit":{_limit_name(lim)}}}')
+
+
+def check_answer(r: CheckResult) -> bytes:
+    """``dumps(result_json(r))``, byte for byte, for less: an admitted check's answer is
+    joined from JSON text rendered once per rule and limit and the few numbers that change.
+    Other answers (a rejection, an unmatched descriptor, no decision) take the general path."""
+    d = r.decision
+    if d is None or not r.allowed:
+        return dumps(result_json(r))
+    top = _decision_text(d)
+    if top is None:
+        return dumps(result_json(r))
+    statuses = []
+    for s in r.statuses:
+        sd = s.decision
+        rule = s.rule
+        if sd is None or rule is None:
+            return dumps(result_json(r))
+        text = top if sd is d else _decision_text(sd)
+        if text is None:
+            return dumps(result_json(r))
+        key = (s.outcome, id(rule), id(s.limits))
+        head = _STATUS_HEADS.get(key)
+        if head is None:
+            if len(_STATUS_HEADS) >= _FRAGMENTS_SIZE:
+                _STATUS_HEADS.clear()
+            code = '"OVER_LIMIT"' if s.over_limit else '"OK"'
+            names = ",".join(_limit_name(lim) for lim in s.limits)
+            head = _STATUS_HEADS[key] = (
+                f'{{"code":{code},"outcome":{_json_str(s.outcome)},'
+                f'"rule":{_json_str(rule.name)},"limits":[{names}],"decision":', rule, s.limits)
+        statuses.append(f"{head[0]}{text}}}")
+    headers = ",".join([f"{_json_str(k)}:{_json_str(v)}"
+                        for k, v in dict(result_headers(r)).items()])
+    degraded = "true" if r.degraded else "false"
+    return (f'{{"allowed":true,"code":"OK","domain":{_json_str(r.domain)},"decision":{top},'
+            f'"headers":{{{headers}}},"statuses":[{",".join(statuses)}],'
+            f'"degraded":{degraded},"generation":{r.generation!r}}}').encode()
 
 
 def parse_http_request(body: bytes) -> RequestInfo:
@@ -357,16 +454,16 @@ def create_app(service: Service) -> Starlette:
     stats = service.stats
 
     async def answer(scope: Scope, receive: Receive,
-                     decide: Callable[[bytes], Awaitable[tuple[str, dict[str, Any]]]]
+                     decide: Callable[[bytes], Awaitable[tuple[str, bytes]]]
                      ) -> bytes | Response:
-        """One POST: read the body, `decide` it (-> metric result, JSON answer): the JSON
-        body; every client mistake a 4xx problem, a bug a logged 500."""
+        """One POST: read the body, `decide` it (-> metric result, encoded JSON answer): the
+        JSON body; every client mistake a 4xx problem, a bug a logged 500."""
         t0 = time.perf_counter()
         result = "error"
         try:
             body = await _read_body(scope, receive, service.max_body)
-            result, doc = await decide(body)
-            return dumps(doc)
+            result, out = await decide(body)
+            return out
         except _BodyTooLarge as e:
             result = "too_large"
             return _problem(413, "Content Too Large",
@@ -394,12 +491,12 @@ def create_app(service: Service) -> Starlette:
         finally:
             stats.request("http", result, time.perf_counter() - t0)
 
-    async def decide_check(body: bytes) -> tuple[str, dict[str, Any]]:
-        domain, descriptors, cost = parse_check(body)
+    async def decide_check(body: bytes) -> tuple[str, bytes]:
+        domain, descriptors, cost = parse_check_cached(body)
         res = await engine.check(domain, descriptors, cost)
-        return "ok" if res.known_domain else "unknown_domain", result_json(res)
+        return "ok" if res.known_domain else "unknown_domain", check_answer(res)
 
-    async def decide_http(body: bytes) -> tuple[str, dict[str, Any]]:
+    async def decide_http(body: bytes) -> tuple[str, bytes]:
         snap = service.holder.current
         if snap.http is None:
             raise InvalidRequest(f"the policies ({snap.source}) have no [http] part, so a "
@@ -407,7 +504,7 @@ def create_app(service: Service) -> Starlette:
                                  "to /v1/check instead, or add [http]")
         req = parse_http_request(body)
         hd = await core.arun(decide_request(engine, snap, req, engine.clock()))
-        return "ok", http_result_json(hd, snap)
+        return "ok", dumps(http_result_json(hd, snap))
 
     async def check_asgi(scope: Scope, receive: Receive, send: Send) -> None:
         # The answer sent as Starlette's Response sends it, with its headers in its order.
