@@ -1,17 +1,20 @@
 """The memory store's specialised hot paths decide exactly as the pure algorithms.
 
 `ratekeeper.stores._memory_hot` writes each algorithm's ``decide`` out inline with the
-limit's numbers bound; the pure function stays the reference. On random traces (keys, costs
-in and out of the fast path's range, instants going forwards and backwards) every decision
-and every stored state must equal, bit for bit, what the pure function gives on the same
-state.
+limit's numbers bound, and `_memory_hot_c` (compiled at install time where a C compiler is
+there) does the same in C types; the pure function stays the reference. On random traces
+(keys, costs in and out of the fast path's range, instants going forwards and backwards,
+long idle gaps, Unix-time magnitudes, a clock that returns ints) every decision and every
+stored state must equal, bit for bit, what the pure function gives on the same state.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +25,30 @@ from ratekeeper.stores import _memory_hot
 from ratekeeper.stores.memory import _Mutex
 
 RATES = ["1/s", "3/s", "10/s", "7/2s", "100/s", "5/minute", "0.5/s"]
+
+
+def _builders(implementation: str) -> dict[str, _memory_hot.Builder]:
+    if implementation == "python":
+        return _memory_hot.HOT
+    if _memory_hot.COMPILED is None:
+        if os.environ.get("CI"):  # CI builds it (RATEKEEPER_REQUIRE_EXTENSIONS in .ci/run)
+            pytest.fail("the compiled hot path (_memory_hot_c) is not built")
+        pytest.skip("the compiled hot path (_memory_hot_c) is not built here")
+    return _memory_hot.COMPILED
+
+
+#: (implementation, algorithm) for every specialised hot path there is.
+CASES = [("python", a) for a in sorted(_memory_hot.HOT)] + [
+    ("compiled", a) for a in ["fixed-window", "gcra", "leaky-bucket",
+                              "sliding-window-counter", "token-bucket"]]
+
+
+@pytest.fixture
+def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Makes `MemoryStore.bind_hit` use one implementation's builders for this test."""
+    name, algorithm = request.param
+    monkeypatch.setattr(_memory_hot, "SELECTED", {algorithm: _builders(name)[algorithm]})
+    return str(name)
 
 
 class _Clock:
@@ -38,42 +65,70 @@ def _limit(algorithm: str, rng: random.Random) -> Limit:
     rate = rng.choice(RATES)
     if algorithm in ("gcra", "token-bucket"):
         return Limit(algorithm, rate, burst=rng.choice([None, 1, 2, 2.5, 5, 20]))
+    if algorithm == "leaky-bucket":
+        burst = rng.choice([None, 0, 1, 3, 10])
+        shape = rng.choice([{}, {"nodelay": True}, {"delay": 2}])
+        if shape.get("delay") and not burst:
+            shape = {}
+        return Limit(algorithm, rate, burst=burst, **shape)  # type: ignore[arg-type]
     return Limit(algorithm, rate)
+
+
+class _Key(str):
+    """A str subclass: the hot paths leave it to the general path."""
 
 
 def _steps(rng: random.Random, limit: Limit, n: int) -> Iterator[tuple[float, str, int]]:
     most = max(1, int(limit.capacity))
     for _ in range(n):
-        dt = rng.choice([0.0, 0.0, 1e-9, 0.001, 0.05, 0.3, 1.0, 2.5, 61.0, -0.2, -1.5])
-        yield dt, rng.choice(["a", "b", "c"]), rng.choice([1, 1, 1, 2, most, most + 1])
+        dt = rng.choice([0.0, 0.0, 1e-9, 0.001, 0.05, 0.3, 1.0, 2.5, 61.0, -0.2, -1.5,
+                         0.0005, 0.0015, -61.0, 3e6 if rng.random() < 0.05 else 0.1])
+        key = rng.choice(["a", "b", "c", "a", "b", "c", _Key("a")])
+        yield dt, key, rng.choice([1, 1, 1, 2, most, most + 1, 2**70 if rng.random() < 0.1 else 1])
 
 
-@pytest.mark.parametrize("algorithm", sorted(_memory_hot.HOT))
+@pytest.mark.parametrize("implementation", CASES, indirect=True, ids="-".join)
 @pytest.mark.parametrize("seed", range(40))
-def test_hot_path_equals_the_pure_function_on_random_traces(algorithm: str, seed: int) -> None:
+def test_hot_path_equals_the_pure_function_on_random_traces(implementation: str,
+                                                            seed: int) -> None:
+    algorithm = next(iter(_memory_hot.SELECTED))
     rng = random.Random(f"{algorithm}-{seed}")
     limit = _limit(algorithm, rng)
     clock = _Clock()
+    clock.now = rng.choice([1000.0, 1000.0, 1.7e9 + rng.random(), 0.25])
+    int_clock = rng.random() < 0.2  # a clock returning ints goes to the general path
     store = MemoryStore()
-    limiter = Limiter(limit, store, clock=clock)
+    limiter = Limiter(limit, store, clock=(lambda: int(clock.now)) if int_clock else clock)
     # the specialised function is the one taking the calls
-    assert limiter.hit.__qualname__ == f"{_memory_hot.HOT[algorithm].__name__}.<locals>.hit"
+    hit = limiter.hit
+    if implementation == "compiled":
+        assert type(hit.__self__).__module__ == "ratekeeper.stores._memory_hot_c"
+    else:
+        assert hit.__qualname__ == f"{_memory_hot.HOT[algorithm].__name__}.<locals>.hit"
     decide = get_algorithm(algorithm).decide
     model: dict[str, object] = {}
     for dt, key, cost in _steps(rng, limit, 300):
         clock.now += dt
-        got = limiter.hit(key, cost)
-        new, want = decide(model.get(key), clock.now, cost, limit)
+        now: float = int(clock.now) if int_clock else clock.now
+        try:
+            got = hit(key, cost)
+        except Exception as e:  # a cost too large for the general path: the same error
+            with pytest.raises(type(e)):
+                limiter.peek(key, cost)
+            continue
+        new, want = decide(model.get(key), now, cost, limit)
         if new is not None:
             model[key] = new
-        assert tuple(got) == tuple(want), (key, cost, clock.now)
+        assert tuple(got) == tuple(want), (key, cost, now)
         assert type(got) is type(want)
         assert [type(v) for v in got] == [type(v) for v in want]
         assert store.state(limit, key) == model.get(key)
 
 
-@pytest.mark.parametrize("algorithm", sorted(_memory_hot.HOT))
-def test_hot_path_rejects_a_bad_new_key_and_keeps_state_of_known_ones(algorithm: str) -> None:
+@pytest.mark.parametrize("implementation", CASES, indirect=True, ids="-".join)
+def test_hot_path_rejects_a_bad_new_key_and_keeps_state_of_known_ones(implementation: str
+                                                                      ) -> None:
+    algorithm = next(iter(_memory_hot.SELECTED))
     limit = _limit(algorithm, random.Random(1))
     clock = _Clock()
     store = MemoryStore()
@@ -112,3 +167,38 @@ def test_mutex_admits_one_thread_at_a_time() -> None:
     finally:
         sys.setswitchinterval(old)
     assert counter[0] == rounds * threads
+
+
+@pytest.mark.parametrize("implementation", [c for c in CASES if c[1] in ("gcra", "token-bucket")],
+                         indirect=True, ids="-".join)
+@pytest.mark.parametrize("rate,burst", [("10/s", 10), ("7/2s", 5), ("100/s", 100)])
+def test_hot_path_admits_exactly_the_burst_at_unix_time(implementation: str, rate: str,
+                                                        burst: int) -> None:
+    # Found by the random traces above: the hot paths lacked the pure functions' float-drift
+    # tolerance, so at Unix-time magnitudes a full bucket admitted one request less.
+    algorithm = next(iter(_memory_hot.SELECTED))
+    limit = Limit(algorithm, rate, burst=burst)
+    clock = _Clock()
+    clock.now = 1_764_590_400.123
+    limiter = Limiter(limit, MemoryStore(), clock=clock)
+    for _ in range(3):
+        got = [bool(limiter.hit("k")) for _ in range(burst + 1)]
+        assert got == [True] * burst + [False], got.count(True)
+        clock.now += burst / limit.per_second
+
+
+def test_the_compiled_hot_path_is_not_used_when_switched_off_or_stale(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    if _memory_hot.COMPILED is None:
+        _builders("compiled")  # fails under CI, skips elsewhere
+    from ratekeeper.stores import _memory_hot_c  # noqa: PLC0415  (absent where not built)
+
+    assert _memory_hot._compiled() is not None
+    monkeypatch.setenv(_memory_hot.PURE_PYTHON_ENV, "1")
+    assert _memory_hot._compiled() is None
+    monkeypatch.delenv(_memory_hot.PURE_PYTHON_ENV)
+    monkeypatch.setattr(_memory_hot_c, "SOURCE_SHA256", "0" * 64)  # built from another source
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _memory_hot._compiled() is None
+    assert "older _memory_hot_c.pyx" in str(caught[0].message)

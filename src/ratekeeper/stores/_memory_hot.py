@@ -20,15 +20,19 @@ The rules every builder follows:
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .._types import Decision, Limit
-from ..algorithms._common import EPS, NS_TOLERANCE, new_decision
+from ..algorithms._common import EPS, FLOAT_DRIFT, NS_TOLERANCE, new_decision
 from ._base import HitHooks
 
-__all__ = ["HOT"]
+__all__ = ["COMPILED", "HOT", "PURE_PYTHON_ENV", "SELECTED"]
 
 Hit = Callable[[str, float], Decision]
 Builder = Callable[[Any, Limit, Any, Callable[[Any, float], None], HitHooks], Hit]
@@ -38,6 +42,7 @@ def _gcra(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any, float],
           hooks: HitHooks) -> Hit:
     r, b = limit.per_second, limit.capacity
     most = math.floor(b)  # the largest whole cost that can ever be admitted
+    b2, quarter = b + 2.0, 0.25 / r  # the drift tolerance's constants (gcra.decide)
     data = t.data
     pop, take, give, wait = data.pop, mutex.take, mutex.give, mutex.wait
     clock, check_key, slow = hooks.clock, hooks.check_key, hooks.slow
@@ -63,7 +68,8 @@ def _gcra(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any, float],
                     tat = old
                 tokens = b - (tat - now) * r
                 left = tokens - cost
-                if left >= 0.0 or -left / r < NS_TOLERANCE:
+                if left >= 0.0 or -left / r < NS_TOLERANCE + min(b2 * abs(tat) * FLOAT_DRIFT,
+                                                                  quarter):
                     tat += cost / r
                     data[key] = tat
                     if old is None:
@@ -88,6 +94,7 @@ def _token_bucket(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any,
                   hooks: HitHooks) -> Hit:
     r, b = limit.per_second, limit.capacity
     most = math.floor(b)
+    quarter = 0.25 / r  # the drift tolerance's cap (token_bucket.decide)
     data = t.data
     pop, take, give, wait = data.pop, mutex.take, mutex.give, mutex.wait
     clock, check_key, slow = hooks.clock, hooks.check_key, hooks.slow
@@ -117,7 +124,8 @@ def _token_bucket(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any,
                     else:  # a clock going backwards refills nothing
                         behind = last - now
                 left = tokens - cost
-                if left >= 0.0 or -left / r < NS_TOLERANCE:
+                if left >= 0.0 or -left / r < NS_TOLERANCE + min(2.0 * abs(now) * FLOAT_DRIFT,
+                                                                  quarter):
                     data[key] = (left, now)
                     if old is None:
                         after_insert(t, now)
@@ -197,3 +205,34 @@ HOT: dict[str, Builder] = {
     "token-bucket": _token_bucket,
     "fixed-window": _fixed_window,
 }
+
+
+#: Set this environment variable (to anything but ``""`` or ``"0"``) to run the pure-Python hot
+#: paths even where the compiled ones are built.
+PURE_PYTHON_ENV = "RATEKEEPER_PURE_PYTHON"
+
+
+def _compiled() -> dict[str, Builder] | None:
+    """The compiled twin's builders (`_memory_hot_c`, built at install time where a C compiler
+    is there), or None: not built, switched off, or older than its source."""
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    try:
+        from . import _memory_hot_c  # noqa: PLC0415  (optional: built where it can be)
+    except ImportError:
+        return None
+    source = Path(__file__).with_name("_memory_hot_c.pyx")
+    # A checkout edited since its last build would otherwise run the old code unnoticed.
+    if source.exists() and hashlib.sha256(source.read_bytes()).hexdigest() \
+            != _memory_hot_c.SOURCE_SHA256:
+        warnings.warn(f"{_memory_hot_c.__file__} was built from an older {source.name}; "
+                      "using the pure-Python hot path (rebuild: pip install -e .)",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    return _memory_hot_c.HOT
+
+
+#: The compiled builders in use (None: the pure ones above run).
+COMPILED = _compiled()
+#: algorithm name -> the builder `MemoryStore.bind_hit` uses: compiled where there is one.
+SELECTED: dict[str, Builder] = {**HOT, **COMPILED} if COMPILED is not None else HOT

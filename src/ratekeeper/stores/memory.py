@@ -33,7 +33,9 @@ awaiting anything, so they never block the event loop for longer than that.
 The hot path (`bind_hit`) of gcra, token-bucket and fixed-window is specialised per limit
 (`ratekeeper.stores._memory_hot`): the algorithm's `decide` written out inline with the
 limit's numbers bound, the same float operations in the same order, proven identical to the
-pure functions on random traces (tests/unit/test_memory_hot.py).
+pure functions on random traces (tests/unit/test_memory_hot.py). Where the install built it,
+a compiled twin (`_memory_hot_c.pyx`, also for sliding-window-counter and leaky-bucket) takes
+its place, proven identical the same way; ``RATEKEEPER_PURE_PYTHON=1`` switches it off.
 """
 
 from __future__ import annotations
@@ -255,7 +257,7 @@ class MemoryStore:
         This store cannot fail, so it never calls ``hooks.failed``.
         """
         t = self._table(limit)
-        fast = _memory_hot.HOT.get(limit.algorithm)
+        fast = _memory_hot.SELECTED.get(limit.algorithm)
         if fast is not None:
             return fast(t, limit, self._lock, self._after_insert, hooks)
         data, decide, mutex = t.data, t.decide, self._lock

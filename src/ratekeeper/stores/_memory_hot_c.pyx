@@ -1,0 +1,476 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, binding=False
+"""The memory store's hot path, compiled (optional: built at install time where a C
+compiler is there; `ratekeeper.stores.memory` falls back to `_memory_hot` without it).
+
+What it is: `MemoryStore.bind_hit` for gcra, token-bucket, fixed-window,
+sliding-window-counter and leaky-bucket, each algorithm's pure ``decide`` (in
+`ratekeeper.algorithms`) written out in C types with the limit's numbers bound once. The pure
+functions stay the reference: each body below does the same IEEE double operations in the
+same order, Python's floor division and rounding where the pure function uses them, and
+hands anything outside its range (a cost that is not a whole number from 1 to the capacity, a
+key that is not a str, a clock that does not return a float, integers that could overflow
+64 bits) to the general path. Equal decisions and states, bit for bit, on random traces:
+tests/unit/test_memory_hot.py, for this module and the pure one.
+
+Where the time went in pure Python, and what replaces it here: the ``Decision`` (a tuple
+subclass built with ``tuple.__new__``: about 40 % of a decision) is allocated directly with
+its seven items; float arithmetic is unboxed; the mutex's token list is popped and appended
+without method calls. The lock stays: the clock is a Python call and an allocation may run
+the garbage collector, so a decision is not atomic under the GIL.
+"""
+
+from cpython.long cimport PyLong_FromDouble
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF
+from libc.math cimport fabs, floor, rint
+
+from .._types import Decision as _DecisionType
+from ..algorithms._common import (
+    EPS as _EPS,
+    FLOAT_DRIFT as _FLOAT_DRIFT,
+    NS_TOLERANCE as _NS_TOLERANCE,
+)
+from ..algorithms.leaky_bucket import params as _leaky_params
+
+cdef extern from *:
+    """
+    /* A tuple subclass instance with its seven items, as tuple.__new__(tp, items) makes
+       it, without the temporary tuple (the items are borrowed: each gets a reference). */
+    static PyObject *rk_decision(PyTypeObject *tp, PyObject *allowed, PyObject *remaining,
+                                 PyObject *retry, PyObject *reset, PyObject *delay,
+                                 PyObject *limit) {
+        PyObject *d = tp->tp_alloc(tp, 7);
+        if (d == NULL) return NULL;
+        Py_INCREF(allowed); PyTuple_SET_ITEM(d, 0, allowed);
+        Py_INCREF(remaining); PyTuple_SET_ITEM(d, 1, remaining);
+        Py_INCREF(retry); PyTuple_SET_ITEM(d, 2, retry);
+        Py_INCREF(reset); PyTuple_SET_ITEM(d, 3, reset);
+        Py_INCREF(delay); PyTuple_SET_ITEM(d, 4, delay);
+        Py_INCREF(limit); PyTuple_SET_ITEM(d, 5, limit);
+        Py_INCREF(Py_False); PyTuple_SET_ITEM(d, 6, Py_False);
+        return d;
+    }
+    /* Python's a // b for 64-bit ints (floor, not C's truncation); b != 0. */
+    static inline long long rk_floordiv(long long a, long long b) {
+        long long q = a / b;
+        if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+        return q;
+    }
+    #ifndef RK_SOURCE_SHA256
+    #define RK_SOURCE_SHA256 ""
+    #endif
+    """
+    object rk_decision(PyTypeObject *tp, object allowed, object remaining, object retry,
+                       object reset, object delay, object limit)
+    long long rk_floordiv(long long a, long long b)
+    const char *RK_SOURCE_SHA256
+
+#: The sha256 of this file when it was compiled (the build hook defines it): a build older
+#: than its source is not used (`ratekeeper.stores.memory`).
+SOURCE_SHA256 = RK_SOURCE_SHA256.decode()
+
+cdef PyTypeObject *DECISION = <PyTypeObject *>_DecisionType
+cdef double EPS = _EPS
+cdef double NS_TOLERANCE = _NS_TOLERANCE
+cdef double FLOAT_DRIFT = _FLOAT_DRIFT
+cdef object ZERO = 0
+cdef object FZERO = 0.0
+# Integers up to this magnitude are safe to multiply once more in 64 bits (leaky-bucket).
+cdef long long SAFE = 1LL << 31
+
+
+cdef inline double min_of(double x, double y):
+    return y if y < x else x  # Python's min(x, y)
+
+
+cdef inline object remaining_of(double x):
+    # the pure functions' ``(x + EPS).__trunc__() if x > 0.0 else 0``
+    return PyLong_FromDouble(x + EPS) if x > 0.0 else ZERO
+
+
+cdef class _Hit:
+    """What every algorithm's bound hit holds: the table, the mutex, the hooks."""
+
+    cdef dict data
+    cdef list tokens
+    cdef object wait, clock, check_key, slow, after_insert, table, limit
+    cdef long long most  # the largest whole cost that can ever be admitted
+
+    def __init__(self, t, limit, mutex, after_insert, hooks):
+        self.table = t
+        self.data = t.data
+        self.tokens = mutex.take.__self__  # the mutex's token list (see memory._Mutex)
+        self.wait = mutex.wait
+        self.clock = hooks.clock
+        self.check_key = hooks.check_key
+        self.slow = hooks.slow
+        self.after_insert = after_insert
+        self.limit = limit
+        cdef double most = floor(limit.capacity)
+        self.most = <long long>most if most < 9e18 else <long long>9e18
+
+    cdef inline long long cost_of(self, key, cost) except -2:
+        """The cost as a C integer, or -1: take the general path."""
+        cdef long long c
+        if type(cost) is not int or type(key) is not str:
+            return -1
+        try:
+            c = cost
+        except OverflowError:
+            return -1
+        return c if 0 < c <= self.most else -1
+
+    def hit(self, key, cost=1):
+        cdef long long c = self.cost_of(key, cost)
+        if c < 0:
+            return self.slow(key, cost)
+        tokens = self.tokens
+        if len(tokens):  # the mutex (memory._Mutex): take its token
+            tokens.pop()
+        else:
+            self.wait()
+        try:
+            d = self.decide(key, c, self.clock())
+        finally:
+            tokens.append(True)
+        if d is None:  # outside this path's range, after all: the general path decides
+            return self.slow(key, cost)
+        return d
+
+    cdef object decide(self, key, long long c, object t):
+        """The decision for a cost `c` at clock reading `t`, with the mutex held; None
+        (with nothing changed) for what only the general path takes."""
+        raise NotImplementedError
+
+
+cdef class _Gcra(_Hit):
+    cdef double r, b, b2, quarter
+
+    def __init__(self, t, limit, mutex, after_insert, hooks):
+        _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
+        self.r = limit.per_second
+        self.b = limit.capacity
+        self.b2 = self.b + 2.0  # the drift tolerance's constants (gcra.decide)
+        self.quarter = 0.25 / self.r
+
+    cdef object decide(self, key, long long c, object t):
+        cdef double now, tat, tokens, left, r = self.r, cf = <double>c
+        cdef dict data = self.data
+        if type(t) is not float:
+            return None
+        now = <double>t
+        old = data.pop(key, None)
+        try:
+            if old is None:
+                self.check_key(key)
+                tat = now
+            else:
+                tat = <double>old
+                if tat < now:
+                    tat = now
+            tokens = self.b - (tat - now) * r
+            left = tokens - cf
+            if left >= 0.0 or -left / r < NS_TOLERANCE + min_of(self.b2 * fabs(tat) * FLOAT_DRIFT,
+                                                                self.quarter):
+                tat += cf / r
+                data[key] = tat
+                if old is None:
+                    self.after_insert(self.table, now)
+                return rk_decision(DECISION, True, remaining_of(left), FZERO, tat - now,
+                                   FZERO, self.limit)
+            if old is not None:
+                data[key] = old
+            return rk_decision(DECISION, False, remaining_of(tokens), -left / r, tat - now,
+                               FZERO, self.limit)
+        except BaseException:
+            if old is not None and key not in data:
+                data[key] = old  # lose nothing, whatever went wrong
+            raise
+
+
+cdef class _TokenBucket(_Hit):
+    cdef double r, b, quarter
+
+    def __init__(self, t, limit, mutex, after_insert, hooks):
+        _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
+        self.r = limit.per_second
+        self.b = limit.capacity
+        self.quarter = 0.25 / self.r  # the drift tolerance's cap (token_bucket.decide)
+
+    cdef object decide(self, key, long long c, object t):
+        cdef double now, tokens, last, left, behind = 0.0, r = self.r, b = self.b
+        cdef double cf = <double>c
+        cdef dict data = self.data
+        if type(t) is not float:
+            return None
+        now = <double>t
+        old = data.pop(key, None)
+        try:
+            if old is None:
+                self.check_key(key)
+                tokens = b
+            else:
+                tokens = <double>(<tuple>old)[0]
+                last = <double>(<tuple>old)[1]
+                if now >= last:
+                    tokens += (now - last) * r
+                    if tokens > b:
+                        tokens = b
+                else:  # a clock going backwards refills nothing
+                    behind = last - now
+            left = tokens - cf
+            if left >= 0.0 or -left / r < NS_TOLERANCE + min_of(2.0 * fabs(now) * FLOAT_DRIFT,
+                                                                self.quarter):
+                data[key] = (left, t)
+                if old is None:
+                    self.after_insert(self.table, now)
+                return rk_decision(DECISION, True, remaining_of(left), FZERO,
+                                   (b - left) / r, FZERO, self.limit)
+            if old is not None:
+                data[key] = old
+            return rk_decision(DECISION, False, remaining_of(tokens), behind - left / r,
+                               behind + (b - tokens) / r, FZERO, self.limit)
+        except BaseException:
+            if old is not None and key not in data:
+                data[key] = old
+            raise
+
+
+cdef class _FixedWindow(_Hit):
+    cdef double n, p, fits
+
+    def __init__(self, t, limit, mutex, after_insert, hooks):
+        _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
+        self.n = limit.capacity
+        self.p = limit.period
+        self.fits = self.n + EPS
+
+    cdef object decide(self, key, long long c, object t):
+        cdef double now, kf, used = 0.0, reset, left, n = self.n, p = self.p
+        cdef dict data = self.data
+        if type(t) is not float:
+            return None
+        now = <double>t
+        kf = floor(now / p + EPS)
+        if not -9e15 < kf < 9e15:  # a window index beyond exact float integers
+            return None
+        k = None  # the window index as the pure function keeps it (a Python int)
+        old = data.pop(key, None)
+        try:
+            if old is None:
+                self.check_key(key)
+            else:
+                sk = (<tuple>old)[0]
+                if sk >= kf:  # same window, or the clock went back into an earlier one
+                    k = sk
+                    kf = <double>sk
+                    used = <double>(<tuple>old)[1]
+            if k is None:
+                k = PyLong_FromDouble(kf)
+            reset = (kf + 1.0) * p - now
+            if used + <double>c <= self.fits:
+                used += <double>c
+                data[key] = (k, used)
+                if old is None:
+                    self.after_insert(self.table, now)
+                left = n - used
+                return rk_decision(DECISION, True, remaining_of(left), FZERO, reset, FZERO,
+                                   self.limit)
+            if old is not None:
+                data[key] = old
+            left = n - used
+            return rk_decision(DECISION, False, remaining_of(left), reset,
+                               reset if used else 0.0, FZERO, self.limit)
+        except BaseException:
+            if old is not None and key not in data:
+                data[key] = old
+            raise
+
+
+cdef class _SlidingWindowCounter(_Hit):
+    cdef double n, p
+
+    def __init__(self, t, limit, mutex, after_insert, hooks):
+        _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
+        self.n = limit.capacity
+        self.p = limit.period
+
+    cdef object decide(self, key, long long c, object t):
+        # sliding_window_counter.decide with _roll and _estimate inline
+        cdef double now, kf, prev = 0.0, curr = 0.0, elapsed, est, start, e, retry, reset
+        cdef double n = self.n, p = self.p, cf = <double>c, skf
+        cdef dict data = self.data
+        if type(t) is not float:
+            return None
+        now = <double>t
+        kf = floor(now / p + EPS)
+        if not -9e15 < kf < 9e15:
+            return None
+        k = None
+        old = data.pop(key, None)
+        try:
+            if old is None:
+                self.check_key(key)
+            else:
+                sk = (<tuple>old)[0]
+                skf = <double>sk
+                if kf == skf:
+                    k = sk
+                    prev = <double>(<tuple>old)[1]
+                    curr = <double>(<tuple>old)[2]
+                elif kf == skf + 1.0:
+                    prev = <double>(<tuple>old)[2]
+                elif kf < skf:  # clock went back into an earlier window: keep the stored one
+                    k = sk
+                    kf = skf
+                    prev = <double>(<tuple>old)[1]
+                    curr = <double>(<tuple>old)[2]
+            if k is None:
+                k = PyLong_FromDouble(kf)
+            elapsed = now - kf * p
+            if elapsed < 0:
+                elapsed = 0.0
+            est = prev * (p - elapsed) / p + curr
+            start = kf * p
+            if est + cf <= n + EPS:
+                curr += cf
+                reset = (start + 2.0 * p if curr else start + p) - now
+                data[key] = (k, prev, curr)
+                if old is None:
+                    self.after_insert(self.table, now)
+                e = n - est - cf  # floor_remaining
+                return rk_decision(DECISION, True, PyLong_FromDouble(e + EPS) if e > 0 else ZERO,
+                                   FZERO, reset, FZERO, self.limit)
+            if old is not None:
+                data[key] = old
+            # a whole cost within the capacity: there is always a retry time
+            if curr + cf <= n:
+                e = p - (n - curr - cf) * p / prev
+                retry = start + e - now
+            else:
+                e = p - (n - cf) * p / curr
+                retry = start + p + e - now
+            if 0.0 > retry:
+                retry = 0.0
+            reset = (start + 2.0 * p if curr else start + p if prev else now) - now
+            e = n - est
+            return rk_decision(DECISION, False, PyLong_FromDouble(e + EPS) if e > 0 else ZERO,
+                               retry, reset, FZERO, self.limit)
+        except BaseException:
+            if old is not None and key not in data:
+                data[key] = old
+            raise
+
+
+cdef class _LeakyBucket(_Hit):
+    cdef long long rate, burst, threshold
+
+    def __init__(self, t, limit, mutex, after_insert, hooks):
+        _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
+        rate, burst, threshold = _leaky_params(limit)
+        if rate > SAFE or burst > SAFE * 1000:
+            self.most = 0  # numbers this large take the general path (Python's integers)
+        else:
+            self.rate, self.burst, self.threshold = rate, burst, threshold
+
+    cdef object decide(self, key, long long c, object t):
+        # leaky_bucket.decide: nginx's integer arithmetic in milli-requests and milliseconds
+        cdef long long now_ms, excess0 = 0, last = 0, ms, level, stamp, excess, remaining
+        cdef long long rate = self.rate, burst = self.burst, threshold = self.threshold
+        cdef double now, x, delay, reset
+        cdef dict data = self.data
+        if type(t) is not float:
+            return None
+        now = <double>t
+        x = now * 1000
+        if not -4e15 < x < 4e15:  # round(now * 1000) beyond exact float integers
+            return None
+        now_ms = <long long>rint(x)  # round half to even, as Python's round()
+        old = data.pop(key, None)
+        try:
+            if old is None:
+                self.check_key(key)
+                level, stamp = -1000, now_ms
+            else:
+                excess0 = (<tuple>old)[0]
+                last = (<tuple>old)[1]
+                ms = now_ms - last
+                if ms < -60000:
+                    ms = 1
+                elif ms < 0:
+                    ms = 0
+                if ms > SAFE or not -SAFE * 1000 < excess0 < SAFE * 1000:
+                    data[key] = old  # rate * ms could overflow 64 bits: Python's ints decide
+                    return None
+                level = excess0 - rk_floordiv(rate * ms, 1000)
+                if level < -1000:
+                    level = -1000
+                stamp = now_ms if ms else last
+            excess = level + c * 1000
+            if excess < 0:
+                excess = 0
+            if excess <= burst:
+                if excess <= threshold:
+                    delay = 0.0
+                else:
+                    delay = <double>rk_floordiv((excess - threshold) * 1000, rate) / 1000.0
+                reset = <double>(stamp - rk_floordiv(-(excess + 1000) * 1000, rate)) / 1000.0 - now
+                data[key] = (excess, stamp)
+                if old is None:
+                    self.after_insert(self.table, now)
+                return rk_decision(DECISION, True, rk_floordiv(burst - excess, 1000), FZERO,
+                                   reset, delay, self.limit)
+            if old is not None:
+                data[key] = old
+            remaining = rk_floordiv(burst - level, 1000)
+            if remaining < 0:
+                remaining = 0
+            if old is None:
+                excess0, last = 0, now_ms
+                reset = 0.0
+            else:
+                reset = <double>(last - rk_floordiv(-(excess0 + 1000) * 1000, rate)) / 1000.0 - now
+                if not reset > 0.0:
+                    reset = 0.0
+            if c * 1000 - 1000 > burst:
+                retry = None  # even an idle bucket cannot take this cost
+            else:
+                x = <double>(last - rk_floordiv(-(excess0 + c * 1000 - burst) * 1000, rate)
+                             - now_ms) / 1000.0
+                retry = x if x > 0.0 else 0.0
+            return rk_decision(DECISION, False, remaining, retry, reset, FZERO, self.limit)
+        except BaseException:
+            if old is not None and key not in data:
+                data[key] = old
+            raise
+
+
+def _gcra(t, limit, mutex, after_insert, hooks):
+    return _Gcra(t, limit, mutex, after_insert, hooks).hit
+
+
+def _token_bucket(t, limit, mutex, after_insert, hooks):
+    return _TokenBucket(t, limit, mutex, after_insert, hooks).hit
+
+
+def _fixed_window(t, limit, mutex, after_insert, hooks):
+    return _FixedWindow(t, limit, mutex, after_insert, hooks).hit
+
+
+def _sliding_window_counter(t, limit, mutex, after_insert, hooks):
+    return _SlidingWindowCounter(t, limit, mutex, after_insert, hooks).hit
+
+
+def _leaky_bucket(t, limit, mutex, after_insert, hooks):
+    return _LeakyBucket(t, limit, mutex, after_insert, hooks).hit
+
+
+#: algorithm name -> the builder of its compiled `MemoryStore.bind_hit` (as `_memory_hot.HOT`).
+HOT = {
+    "gcra": _gcra,
+    "token-bucket": _token_bucket,
+    "fixed-window": _fixed_window,
+    "sliding-window-counter": _sliding_window_counter,
+    "leaky-bucket": _leaky_bucket,
+}
