@@ -12,27 +12,37 @@ reads (no hook attribute, no ``limits_for``, no cost function: `mapping_inputs`)
 remembers `HTTPRules.map`'s answer per such tuple (at most `MAP_CACHE_SIZE` of them) and
 decides a repeated request with `decide_mapped`, the second half of `decide_request`: the
 same engine calls, so the same decisions (tests/replay/test_fast_path.py checks it event by
-event); only the mapping is not recomputed.
+event); only the mapping is not recomputed. On a `MemoryStore`, a remembered request whose
+decision is one limit's (`decide_mapped`'s single ``decide_one``) skips the plan too: it
+is that one call, through the store's bound hot path (`MemoryStore.bind_hit`, bound once
+per limit, its clock the event's time) for a whole cost (tests/replay/test_one_limit_path.py
+compares it with the plan on random traces at Unix-time magnitudes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+import functools
+import operator
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple, cast
 
+from .._errors import StoreError
+from .._types import Decision, Limit
 from ..core import run
-from ..policy._decide import HTTPDecision, decide_mapped, decide_request
+from ..policy._decide import HTTPDecision, decide_mapped, decide_request, verdict_of
 from ..policy._engine import Engine
 from ..policy._http import HTTPCheck, HTTPRules
 from ..policy._model import Policies
 from ..policy._request import ClientIP, IPAddress, RequestInfo
+from ..stores._base import HitHooks
 from ..stores.memory import MemoryStore
 from ..testing import ManualClock
 from ._events import LogEvent
 from ._formats import JsonFormat
 
-__all__ = ["MAP_CACHE_SIZE", "REQUESTS_FORMAT", "MappingInputs", "Replayed", "mapping_inputs",
-           "replay", "request_of"]
+__all__ = ["BOUND_ALGORITHMS", "MAP_CACHE_SIZE", "REQUESTS_FORMAT", "MappingInputs",
+           "Replayed", "mapping_inputs", "replay", "request_of"]
 
 #: The request trace format of ``ratekeeper simulate --policies``: JSON Lines such as
 #: ``{"t": 0.25, "method": "POST", "path": "/login", "client": "203.0.113.7",
@@ -123,17 +133,23 @@ def replay(policies: Policies, events: Iterable[LogEvent], *, store: Any = None,
 def _remembering(policies: Policies, rules: HTTPRules, engine: Engine, clock: ManualClock,
                  events: Iterable[LogEvent], *, inputs: MappingInputs
                  ) -> Iterator[Replayed]:
-    # (check fields but the request, the client's address) per mapping input tuple
+    # (check fields but the request, the client's address, its one-limit decider or None)
+    # per mapping input tuple
     memo: dict[tuple[str | None, ...],
-               tuple[tuple[object, ...] | None, IPAddress | None]] = {}
+               tuple[tuple[object, ...] | None, IPAddress | None, _OneLimit | None]] = {}
     get = memo.get
     by_method, by_path, (host_h, fwd_h, *more) = inputs
     rest = tuple(more)
     now = clock.now
+    box = [now]  # the bound hits' clock: the event's time (see `_one_limit`)
+    one = _one_limit(policies, engine, box)
+    store: Any = engine.store
+    decide_one: Any = getattr(store, "decide_one", None)  # used on a MemoryStore only
     for ev in events:
         if ev.t > now:  # a clamped late line keeps the clock where it is
             now = ev.t
             clock.set(now)
+            box[0] = now
         h = dict(ev.headers)  # request_of(ev), inline: this loop runs once per line
         if ev.host and "host" not in h:
             h["host"] = ev.host
@@ -146,11 +162,95 @@ def _remembering(policies: Policies, rules: HTTPRules, engine: Engine, clock: Ma
         hit = get(key)
         if hit is None:
             check = rules.map(req, now)
+            fast = None if check is None or one is None else one(check)
             if len(memo) >= MAP_CACHE_SIZE:
                 memo.clear()
-            memo[key] = (None if check is None else check[:6], req.client_ip)
+            memo[key] = (None if check is None else check[:6], req.client_ip, fast)
         else:
-            fields, req.client_ip = hit
+            fields, req.client_ip, fast = hit
             check = None if fields is None else _new_check(HTTPCheck, (*fields, req))
-        yield _new_check(Replayed, (ev, None if check is None else
-                                    run(decide_mapped(engine, policies, check, now))))
+        if check is None:
+            decision = None
+        elif fast is None:
+            decision = run(decide_mapped(engine, policies, check, now))
+        else:  # decide_mapped's one-limit core.hit: decide_one, or the store's bound hit
+            bound, lim, ckey, cost, limits, failure = fast
+            d = decide_one(lim, ckey, cost, now) if bound is None else bound(ckey, cost)
+            if d.allowed and d.delay == 0.0:  # the common case, as verdict_of decides it
+                decision = _new_check(HTTPDecision, (check, d, "allowed", limits, failure,
+                                                     None))
+            else:  # no ticket on this path, so no refund (as in decide_mapped)
+                d, verdict, _ = verdict_of(d, dry_run=check.dry_run,
+                                           max_delay=check.max_delay)
+                decision = HTTPDecision(check, d, verdict, limits, failure, None)
+        yield _new_check(Replayed, (ev, decision))
+
+
+#: A mapped request's whole decision when it is one limit's, as `decide_mapped` makes it
+#: with one ``decide_one(limit, key, cost, now)``: (the store's bound hit for that limit or
+#: None for ``decide_one`` itself, the limit, the counter key, the cost (an int for the
+#: bound hit), the limits consulted, the failure policy).
+_OneLimit = tuple[Callable[[str, float], Decision] | None, Limit, str, float,
+                  tuple[Limit, ...], str]
+
+#: The algorithms whose `MemoryStore.bind_hit` replay decides through (any other goes to
+#: ``decide_one``): each decides exactly as ``decide_one`` on a MemoryStore, on random
+#: traces at Unix-time magnitudes (tests/replay/test_one_limit_path.py, which failed for
+#: gcra before the hot path had the pure function's FLOAT_DRIFT tolerance).
+BOUND_ALGORITHMS = frozenset({"gcra", "token-bucket", "fixed-window", "sliding-window-counter",
+                              "sliding-window-log", "leaky-bucket"})
+
+
+def _no_key_check(key: str) -> None:
+    """`decide_one` stores any key the engine made (`counter_key`); so does the bound hit."""
+
+
+def _one_limit(policies: Policies, engine: Engine, box: list[float]
+               ) -> Callable[[HTTPCheck], _OneLimit | None] | None:
+    """For a `MemoryStore` exactly (it cannot fail, so the failure policy never answers):
+    `check` -> its `_OneLimit` when `decide_mapped` would decide it with one
+    ``decide_one`` call (plain rules, one store check, no queue to refund), else None
+    (`decide_mapped` decides it).
+
+    A bound hit (`MemoryStore.bind_hit`, bound once per limit of `BOUND_ALGORITHMS`, for a
+    whole cost) reads its clock, ``box[0]``, the event's time, where ``decide_one`` is
+    passed ``now``; what its own hot path does not take goes to ``hooks.slow``, which here
+    is ``decide_one`` itself."""
+    store = engine.store
+    if type(store) is not MemoryStore:
+        return None
+    # box[0] with no Python frame (a bound hit reads its clock on every call)
+    clock = cast(Callable[[], float], functools.partial(operator.getitem, box, 0))
+    bound: dict[int, Callable[[str, float], Decision] | None] = {}
+    idents: dict[tuple[str, str], Limit] = {}
+    failure, policy = engine.failure, policies.settings.failure
+
+    def bind(lim: Limit) -> Callable[[str, float], Decision] | None:
+        ident = (lim.name, lim.algorithm)
+        if lim.algorithm not in BOUND_ALGORITHMS or idents.setdefault(ident, lim) != lim:
+            return None  # (two limits on one table: their shared counter of inserts)
+
+        def slow(key: str, cost: float) -> Decision:
+            return store.decide_one(lim, key, float(cost), box[0])
+
+        def failed(exc: StoreError, key: str, cost: float) -> Decision:
+            raise exc  # pragma: no cover (a MemoryStore does not fail)
+
+        return store.bind_hit(lim, HitHooks(clock, _no_key_check, sys.maxsize, failure,
+                                            failed, slow))
+
+    def of(check: HTTPCheck) -> _OneLimit | None:
+        simple = engine.simple_checks(policies, check.domain, check.descriptors, check.cost)
+        if simple is None or len(simple[0]) != 1:
+            return None
+        (lim, key, cost), limits = simple[0][0], simple[1]
+        if (check.max_delay is not None and not check.dry_run
+                and lim.algorithm == "leaky-bucket" and not lim.nodelay):
+            return None  # decide_mapped keeps a ticket for its refund: core.decide
+        if cost.is_integer():  # a bound hit takes a whole cost as an int
+            hit = bound[id(lim)] if id(lim) in bound else bound.setdefault(id(lim), bind(lim))
+            if hit is not None:
+                return hit, lim, key, int(cost), limits, policy
+        return None, lim, key, cost, limits, policy
+
+    return of
