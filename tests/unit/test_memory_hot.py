@@ -40,7 +40,7 @@ def _builders(implementation: str) -> dict[str, _memory_hot.Builder]:
 #: (implementation, algorithm) for every specialised hot path there is.
 CASES = [("python", a) for a in sorted(_memory_hot.HOT)] + [
     ("compiled", a) for a in ["fixed-window", "gcra", "leaky-bucket",
-                              "sliding-window-counter", "token-bucket"]]
+                              "sliding-window-counter", "sliding-window-log", "token-bucket"]]
 
 
 @pytest.fixture
@@ -84,7 +84,8 @@ def _steps(rng: random.Random, limit: Limit, n: int) -> Iterator[tuple[float, st
         dt = rng.choice([0.0, 0.0, 1e-9, 0.001, 0.05, 0.3, 1.0, 2.5, 61.0, -0.2, -1.5,
                          0.0005, 0.0015, -61.0, 3e6 if rng.random() < 0.05 else 0.1])
         key = rng.choice(["a", "b", "c", "a", "b", "c", _Key("a")])
-        yield dt, key, rng.choice([1, 1, 1, 2, most, most + 1, 2**70 if rng.random() < 0.1 else 1])
+        yield dt, key, rng.choice([1, 1, 1, 2, most, most + 1, 2**70 if rng.random() < 0.1 else 1,
+                                   0.5 if rng.random() < 0.1 else 1])  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize("implementation", CASES, indirect=True, ids="-".join)
@@ -202,3 +203,32 @@ def test_the_compiled_hot_path_is_not_used_when_switched_off_or_stale(
         warnings.simplefilter("always")
         assert _memory_hot._compiled() is None
     assert "older _memory_hot_c.pyx" in str(caught[0].message)
+
+
+@pytest.mark.parametrize("algorithm", ["fixed-window", "gcra", "leaky-bucket",
+                                       "sliding-window-counter", "sliding-window-log",
+                                       "token-bucket"])
+@pytest.mark.parametrize("seed", range(20))
+def test_decide_one_at_a_callers_clock_equals_the_pure_function(algorithm: str,
+                                                                seed: int) -> None:
+    # MemoryStore.decide_one (the middleware's, the service's and replay's call) takes the
+    # compiled path at the caller's own `now` where it is built.
+    _builders("compiled")
+    rng = random.Random(f"at-{algorithm}-{seed}")
+    limit = _limit(algorithm, rng)
+    store = MemoryStore()
+    now: float = rng.choice([1000.0, 1.7e9 + rng.random(), 0.25])
+    decide = get_algorithm(algorithm).decide
+    model: dict[str, object] = {}
+    for dt, key, cost in _steps(rng, limit, 300):
+        now += dt
+        if cost > 2**60:
+            continue  # the core refuses such costs before a store sees them
+        got = store.decide_one(limit, key, cost, now)
+        new, want = decide(model.get(key), now, cost, limit)
+        if new is not None:
+            model[key] = new
+        assert tuple(got) == tuple(want), (key, cost, now)
+        assert [type(v) for v in got] == [type(v) for v in want]
+        assert store.state(limit, key) == model.get(key)
+    assert store._at[id(limit)][1] is not None  # the compiled path took these calls

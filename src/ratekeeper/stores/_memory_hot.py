@@ -32,10 +32,13 @@ from .._types import Decision, Limit
 from ..algorithms._common import EPS, FLOAT_DRIFT, NS_TOLERANCE, new_decision
 from ._base import HitHooks
 
-__all__ = ["COMPILED", "HOT", "PURE_PYTHON_ENV", "SELECTED"]
+__all__ = ["AT", "COMPILED", "HOT", "PURE_PYTHON_ENV", "SELECTED"]
 
 Hit = Callable[[str, float], Decision]
 Builder = Callable[[Any, Limit, Any, Callable[[Any, float], None], HitHooks], Hit]
+#: ``(key, cost, now) -> Decision``, or None for what only the general path takes.
+At = Callable[[str, float, float], "Decision | None"]
+AtBuilder = Callable[[Any, Limit, Any, Callable[[Any, float], None]], At]
 
 
 def _gcra(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any, float], None],
@@ -212,7 +215,7 @@ HOT: dict[str, Builder] = {
 PURE_PYTHON_ENV = "RATEKEEPER_PURE_PYTHON"
 
 
-def _compiled() -> dict[str, Builder] | None:
+def _compiled() -> tuple[dict[str, Builder], dict[str, AtBuilder]] | None:
     """The compiled twin's builders (`_memory_hot_c`, built at install time where a C compiler
     is there), or None: not built, switched off, or older than its source."""
     if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
@@ -229,10 +232,14 @@ def _compiled() -> dict[str, Builder] | None:
                       "using the pure-Python hot path (rebuild: pip install -e .)",
                       RuntimeWarning, stacklevel=2)
         return None
-    return _memory_hot_c.HOT
+    return _memory_hot_c.HOT, _memory_hot_c.AT
 
 
+_BUILT = _compiled()
 #: The compiled builders in use (None: the pure ones above run).
-COMPILED = _compiled()
+COMPILED: dict[str, Builder] | None = None if _BUILT is None else _BUILT[0]
 #: algorithm name -> the builder `MemoryStore.bind_hit` uses: compiled where there is one.
 SELECTED: dict[str, Builder] = {**HOT, **COMPILED} if COMPILED is not None else HOT
+#: algorithm name -> the builder of `MemoryStore.decide_one`'s fast path (compiled only: in
+#: pure Python the general path is as fast as a second copy would be).
+AT: dict[str, AtBuilder] = {} if _BUILT is None else _BUILT[1]

@@ -3,8 +3,7 @@
 """The memory store's hot path, compiled (optional: built at install time where a C
 compiler is there; `ratekeeper.stores.memory` falls back to `_memory_hot` without it).
 
-What it is: `MemoryStore.bind_hit` for gcra, token-bucket, fixed-window,
-sliding-window-counter and leaky-bucket, each algorithm's pure ``decide`` (in
+What it is: `MemoryStore.bind_hit` (and `decide_one`'s fast path) for every algorithm, each algorithm's pure ``decide`` (in
 `ratekeeper.algorithms`) written out in C types with the limit's numbers bound once. The pure
 functions stay the reference: each body below does the same IEEE double operations in the
 same order, Python's floor division and rounding where the pure function uses them, and
@@ -28,6 +27,7 @@ from libc.math cimport fabs, floor, rint
 from .._types import Decision as _DecisionType
 from ..algorithms._common import (
     EPS as _EPS,
+    TIME_EPS as _TIME_EPS,
     FLOAT_DRIFT as _FLOAT_DRIFT,
     NS_TOLERANCE as _NS_TOLERANCE,
 )
@@ -57,6 +57,55 @@ cdef extern from *:
         if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
         return q;
     }
+    /* state[start:start + keep] + (last,): a sliding log's new state, reusing its entries
+       as `(*log, entry)` does. */
+    static PyObject *rk_log_append(PyObject *state, Py_ssize_t start, Py_ssize_t keep,
+                                   PyObject *last) {
+        PyObject *t = PyTuple_New(keep + 1);
+        if (t == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < keep; i++) {
+            PyObject *o = PyTuple_GET_ITEM(state, start + i);
+            Py_INCREF(o);
+            PyTuple_SET_ITEM(t, i, o);
+        }
+        Py_INCREF(last);
+        PyTuple_SET_ITEM(t, keep, last);
+        return t;
+    }
+    /* A sliding log's scan (sliding_window_log._live and the sum of its costs): the index of
+       the first live entry (ts > cutoff) in *start, the sum of the live costs in *used, the
+       newest entry's cost in *last. 0 on success; 1 when an entry is not a (float, int)
+       pair or the sum leaves 62 bits: the general path decides those. */
+    static PyObject *rk_one = NULL;  /* the int 1, set at import */
+    static int rk_log_scan(PyObject *log, double cutoff, Py_ssize_t *start, long long *used,
+                           long long *last) {
+        Py_ssize_t size = PyTuple_GET_SIZE(log), i;
+        long long sum = 0, c = 0;
+        int overflow = 0;
+        *start = size;
+        for (i = 0; i < size; i++) {
+            PyObject *e = PyTuple_GET_ITEM(log, i), *ts, *co;
+            if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 2) return 1;
+            ts = PyTuple_GET_ITEM(e, 0);
+            co = PyTuple_GET_ITEM(e, 1);
+            if (!PyFloat_CheckExact(ts) || !PyLong_CheckExact(co)) return 1;
+            if (*start == size) {
+                if (PyFloat_AS_DOUBLE(ts) <= cutoff) continue;
+                *start = i;
+            }
+            if (co == rk_one) {
+                c = 1;  /* the usual cost: the small-int singleton, no conversion */
+            } else {
+                c = PyLong_AsLongLongAndOverflow(co, &overflow);
+                if (overflow || c < 0 || c > (1LL << 61)) return 1;
+            }
+            sum += c;
+            if (sum > (1LL << 61)) return 1;
+        }
+        *used = sum;
+        *last = c;
+        return 0;
+    }
     #ifndef RK_SOURCE_SHA256
     #define RK_SOURCE_SHA256 ""
     #endif
@@ -64,6 +113,10 @@ cdef extern from *:
     object rk_decision(PyTypeObject *tp, object allowed, object remaining, object retry,
                        object reset, object delay, object limit)
     long long rk_floordiv(long long a, long long b)
+    object rk_log_append(object state, Py_ssize_t start, Py_ssize_t keep, object last)
+    int rk_log_scan(object log, double cutoff, Py_ssize_t *start, long long *used,
+                    long long *last)
+    PyObject *rk_one
     const char *RK_SOURCE_SHA256
 
 #: The sha256 of this file when it was compiled (the build hook defines it): a build older
@@ -74,10 +127,18 @@ cdef PyTypeObject *DECISION = <PyTypeObject *>_DecisionType
 cdef double EPS = _EPS
 cdef double NS_TOLERANCE = _NS_TOLERANCE
 cdef double FLOAT_DRIFT = _FLOAT_DRIFT
+cdef double TIME_EPS = _TIME_EPS
+cdef tuple EMPTY = ()
+cdef object ONE = 1
+rk_one = <PyObject *>ONE  # held by ONE for the module's life
 cdef object ZERO = 0
 cdef object FZERO = 0.0
 # Integers up to this magnitude are safe to multiply once more in 64 bits (leaky-bucket).
 cdef long long SAFE = 1LL << 31
+
+
+def _unchecked(key):
+    return None
 
 
 cdef inline double min_of(double x, double y):
@@ -102,9 +163,12 @@ cdef class _Hit:
         self.data = t.data
         self.tokens = mutex.take.__self__  # the mutex's token list (see memory._Mutex)
         self.wait = mutex.wait
-        self.clock = hooks.clock
-        self.check_key = hooks.check_key
-        self.slow = hooks.slow
+        if hooks is None:  # for `at` only: the caller reads its clock and checks its keys
+            self.check_key = _unchecked
+        else:
+            self.clock = hooks.clock
+            self.check_key = hooks.check_key
+            self.slow = hooks.slow
         self.after_insert = after_insert
         self.limit = limit
         cdef double most = floor(limit.capacity)
@@ -137,6 +201,22 @@ cdef class _Hit:
         if d is None:  # outside this path's range, after all: the general path decides
             return self.slow(key, cost)
         return d
+
+    def at(self, key, cost, now):
+        """The decision at `now`, a caller's own clock reading (`MemoryStore.decide_one`),
+        or None: the general path decides."""
+        cdef long long c = self.cost_of(key, cost)
+        if c < 0:
+            return None
+        tokens = self.tokens
+        if len(tokens):
+            tokens.pop()
+        else:
+            self.wait()
+        try:
+            return self.decide(key, c, now)
+        finally:
+            tokens.append(True)
 
     cdef object decide(self, key, long long c, object t):
         """The decision for a cost `c` at clock reading `t`, with the mutex held; None
@@ -446,6 +526,72 @@ cdef class _LeakyBucket(_Hit):
             raise
 
 
+cdef class _SlidingWindowLog(_Hit):
+    cdef double n, p
+
+    def __init__(self, t, limit, mutex, after_insert, hooks):
+        _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
+        self.n = limit.capacity
+        self.p = limit.period
+
+    cdef object decide(self, key, long long c, object t):
+        # sliding_window_log.decide with _live inline. Entries are (ts, cost) tuples; a log
+        # holding anything but float instants and int costs (the general path's float costs,
+        # an int clock's instants) is left to the general path: sum() of floats is not a
+        # plain left-to-right addition on every Python.
+        cdef double now, freed, n = self.n, p = self.p, cf = <double>c, x
+        cdef Py_ssize_t size = 0, start = 0, i
+        cdef long long used = 0, lc = 0
+        cdef dict data = self.data
+        if type(t) is not float:
+            return None
+        now = <double>t
+        old = data.pop(key, None)
+        try:
+            if old is None:
+                self.check_key(key)
+                log = EMPTY
+            else:
+                log = <tuple>old
+                size = len(log)
+                if rk_log_scan(log, now - p + TIME_EPS, &start, &used, &lc):
+                    data[key] = old  # (cutoff: ts + P <= now, within TIME_EPS, is expired)
+                    return None
+            live = size - start
+            if <double>(used + c) <= n + EPS:
+                if live and <double>(<tuple>log[size - 1])[0] >= now:
+                    # same instant, or a clock behind the newest entry: add to that entry
+                    last = (<tuple>log[size - 1])
+                    new = rk_log_append(log, start, live - 1, (last[0], lc + c))
+                else:
+                    new = rk_log_append(log, start, live, (t, c))
+                data[key] = new
+                if old is None:
+                    self.after_insert(self.table, now)
+                x = n - <double>used - cf  # floor_remaining
+                return rk_decision(DECISION, True, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
+                                   FZERO, <double>(<tuple>new[len(new) - 1])[0] + p - now,
+                                   FZERO, self.limit)
+            if old is not None:
+                data[key] = old
+            retry = None
+            freed = 0.0
+            for i in range(start, size):
+                entry = <tuple>log[i]
+                freed += <double><long long>entry[1]
+                if <double>used - freed + cf <= n + EPS:
+                    retry = <double>entry[0] + p - now
+                    break
+            x = n - <double>used
+            return rk_decision(DECISION, False, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
+                               retry, <double>(<tuple>log[size - 1])[0] + p - now if live else 0.0,
+                               FZERO, self.limit)
+        except BaseException:
+            if old is not None and key not in data:
+                data[key] = old
+            raise
+
+
 def _gcra(t, limit, mutex, after_insert, hooks):
     return _Gcra(t, limit, mutex, after_insert, hooks).hit
 
@@ -466,6 +612,10 @@ def _leaky_bucket(t, limit, mutex, after_insert, hooks):
     return _LeakyBucket(t, limit, mutex, after_insert, hooks).hit
 
 
+def _sliding_window_log(t, limit, mutex, after_insert, hooks):
+    return _SlidingWindowLog(t, limit, mutex, after_insert, hooks).hit
+
+
 #: algorithm name -> the builder of its compiled `MemoryStore.bind_hit` (as `_memory_hot.HOT`).
 HOT = {
     "gcra": _gcra,
@@ -473,4 +623,21 @@ HOT = {
     "fixed-window": _fixed_window,
     "sliding-window-counter": _sliding_window_counter,
     "leaky-bucket": _leaky_bucket,
+    "sliding-window-log": _sliding_window_log,
+}
+
+#: algorithm name -> ``(t, limit, mutex, after_insert) -> at(key, cost, now)``, the same
+#: decisions at a caller's own clock reading (`MemoryStore.decide_one`).
+AT = {
+    "gcra": lambda t, limit, mutex, after_insert: _Gcra(t, limit, mutex, after_insert, None).at,
+    "token-bucket": lambda t, limit, mutex, after_insert: _TokenBucket(
+        t, limit, mutex, after_insert, None).at,
+    "fixed-window": lambda t, limit, mutex, after_insert: _FixedWindow(
+        t, limit, mutex, after_insert, None).at,
+    "sliding-window-counter": lambda t, limit, mutex, after_insert: _SlidingWindowCounter(
+        t, limit, mutex, after_insert, None).at,
+    "leaky-bucket": lambda t, limit, mutex, after_insert: _LeakyBucket(
+        t, limit, mutex, after_insert, None).at,
+    "sliding-window-log": lambda t, limit, mutex, after_insert: _SlidingWindowLog(
+        t, limit, mutex, after_insert, None).at,
 }

@@ -139,6 +139,7 @@ class MemoryStore:
         # algorithm gets a table of its own (the old state means nothing to the new algorithm),
         # while limiters still holding the old limit keep working on theirs.
         self._tables: dict[tuple[str, str], _Table] = {}
+        self._at: dict[int, tuple[Limit, _memory_hot.At | None]] = {}
         self._lock = _Mutex()
         self.evicted = 0  # keys dropped before they had recovered (see module docstring)
         self.expired = 0  # recovered keys dropped
@@ -245,7 +246,27 @@ class MemoryStore:
         return functools.partial(self.decide_one, limit)
 
     def decide_one(self, limit: Limit, key: str, cost: float, now: float) -> Decision:
+        """One charged check at `now` (the core's call for a single limit: the middleware,
+        the service, replay). Where the compiled hot path is built, it decides; anything it
+        does not take, and everything in pure Python, goes through `decide`."""
+        bound = self._at.get(id(limit))
+        if bound is None or bound[0] is not limit:
+            bound = self._bind_at(limit)
+        if bound[1] is not None:
+            d = bound[1](key, cost, now)
+            if d is not None:
+                return d
         return self.decide(((limit, key, cost),), now)[0][0]
+
+    def _bind_at(self, limit: Limit) -> tuple[Limit, _memory_hot.At | None]:
+        build = _memory_hot.AT.get(limit.algorithm)
+        at = None if build is None else build(self._table(limit), limit, self._lock,
+                                              self._after_insert)
+        if len(self._at) >= 1024:
+            self._at.clear()  # many short-lived limits (tests, reloads): stay bounded
+        # Keyed by id, holding the limit: an id is never mistaken for a later object's.
+        self._at[id(limit)] = bound = (limit, at)
+        return bound
 
     def bind_hit(self, limit: Limit, hooks: HitHooks) -> Callable[[str, float], Decision]:
         """`Limiter.hit` for one limit on this store: the whole hot path in one function.
