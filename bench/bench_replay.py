@@ -77,7 +77,8 @@ def run(policies: Policies, events: Iterable[LogEvent], remember: bool = True
         ) -> dict[str, int]:
     verdicts: dict[str, int] = {}
     for r in replay(policies, events, remember=remember):
-        verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1
+        v = r.verdict  # a property: read once
+        verdicts[v] = verdicts.get(v, 0) + 1
     return verdicts
 
 

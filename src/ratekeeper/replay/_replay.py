@@ -168,7 +168,7 @@ def _remembering(policies: Policies, rules: HTTPRules, engine: Engine, clock: Ma
             memo[key] = (None if check is None else check[:6], req.client_ip, fast)
         else:
             fields, req.client_ip, fast = hit
-            check = None if fields is None else _new_check(HTTPCheck, (*fields, req))
+            check = None if fields is None else _new_check(HTTPCheck, fields + (req,))
         if check is None:
             decision = None
         elif fast is None:
