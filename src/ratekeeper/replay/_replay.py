@@ -168,7 +168,9 @@ def _remembering(policies: Policies, rules: HTTPRules, engine: Engine, clock: Ma
             memo[key] = (None if check is None else check[:6], req.client_ip, fast)
         else:
             fields, req.client_ip, fast = hit
-            check = None if fields is None else _new_check(HTTPCheck, fields + (req,))
+            # a concatenation: cheaper per line than unpacking into a new tuple
+            check = None if fields is None else _new_check(HTTPCheck,
+                                                           fields + (req,))  # noqa: RUF005
         if check is None:
             decision = None
         elif fast is None:
