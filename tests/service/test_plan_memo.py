@@ -147,3 +147,32 @@ def test_a_reloaded_snapshot_plans_afresh() -> None:
                          ).statuses[0].outcome
                 for snap in (limited, unlimited, limited, unlimited)]
     assert outcomes == ["allowed", "unlimited", "rejected", "unlimited"]
+
+
+_one_descriptor = st.lists(st.tuples(st.sampled_from(_KEYS), st.sampled_from(_VALUES)),
+                           min_size=1, max_size=2)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(_policies(), st.just(_REPLACES)),
+       st.lists(st.tuples(_one_descriptor, st.sampled_from((None, None, 0, 1, 2))),
+                min_size=1, max_size=3), _steps)
+def test_one_descriptor_answers_as_the_general_path(snap: Policies, shapes: list[Any],
+                                                    steps: list[Any]) -> None:
+    # A request of one descriptor whose rule is enforced takes Engine._one_rule; the same
+    # descriptor beside one that no rule matches takes the general path. Both must answer
+    # alike for it (the unmatched one changes nothing but adds its own status).
+    clock = ManualClock(1000.0)
+    alone = Engine(lambda: snap, MemoryStore(), clock=clock)
+    general = Engine(lambda: snap, MemoryStore(), clock=clock)
+    for i, hits, advance in steps:
+        clock.advance(advance)
+        entries, h = shapes[i % len(shapes)]
+        a = _run(alone, snap, ("d", [(entries, h)], hits), forget=False)
+        b = _run(general, snap, ("d", [(entries, h), ([("unmatched", "x")], None)], hits),
+                 forget=False)
+        if isinstance(a, str) or isinstance(b, str):
+            assert a == b
+            continue
+        assert b.statuses[1].outcome == "unmatched"
+        assert _summary(a) == _summary(b._replace(statuses=b.statuses[:1])), entries

@@ -398,6 +398,11 @@ class Engine:
                 self._plans[memo] = (snap, (plans, enforced, failures, shadow, dict(looks)))
 
         now = self.clock()
+        if len(plans) == 1 and enforced and not shadow and not looks and not failures:
+            # One descriptor whose rule's limits are all enforced (the common request): the
+            # general answer below, without its bookkeeping for several descriptors, shadow
+            # rules and looks (tests/service/test_plan_memo.py holds the two equal).
+            return (yield from self._one_rule(snap, domain, plans[0], enforced, now))
         results: dict[tuple[str, str], Decision] = {}
         degraded = False
         ticket: core.Ticket | None = None
@@ -558,6 +563,44 @@ class Engine:
                 self._simple.clear()
             self._simple[ck] = (snap, out)
         return out
+
+    def _one_rule(self, snap: Policies, domain: str,
+                  plan: tuple[Rule | None, list[tuple[str, str]], bool, bool],
+                  enforced: dict[tuple[str, str], Check], now: float
+                  ) -> core.Plan[CheckResult]:
+        """`plan`'s answer for one descriptor whose rule is enforced (no shadow, no look, no
+        rule of its own failure policy): the same `CheckResult` as the general path."""
+        settings = snap.settings
+        rule, plan_keys = plan[0], plan[1]
+        assert rule is not None  # a plan with enforced checks has a rule with limits
+        if settings.fallback_share != self.failure.share:  # a reload changed it
+            self.failure.set_share(settings.fallback_share)
+        decisions, degraded, ticket = yield from self._decide(
+            list(enforced.values()), now, settings.failure)
+        if len(plan_keys) == 1:
+            merged = decisions[0]
+        else:
+            results = dict(zip(enforced.keys(), decisions, strict=True))
+            merged = merge_decisions([results[k] for k in plan_keys])
+        limits = rule.limit_objs
+        outcome: Outcome = "allowed" if merged.allowed else "rejected"
+        consulted: dict[str, Limit] = {}
+        for lim in limits:
+            consulted.setdefault(lim.name, lim)
+        self.stats.decision(domain, rule.name,
+                            merged.limit.name if merged.limit is not None else "", outcome)
+        return CheckResult(
+            domain=domain,
+            allowed=merged.allowed,
+            decision=merged,
+            failure=(rule.failure or settings.failure) if merged.degraded else settings.failure,
+            statuses=(DescriptorStatus(outcome, rule, merged, limits),),
+            policies=tuple(consulted.values()),
+            degraded=degraded,
+            legacy_headers=settings.legacy_headers,
+            generation=snap.generation,
+            ticket=ticket,
+        )
 
     def _decide(self, checks: list[Check], now: float, policy: FailurePolicy, *,
                 consume: bool = True, policies: Sequence[FailurePolicy] | None = None

@@ -73,14 +73,15 @@ cdef extern from *:
         return t;
     }
     /* A sliding log's scan (sliding_window_log._live and the sum of its costs): the index of
-       the first live entry (ts > cutoff) in *start, the sum of the live costs in *used, the
-       newest entry's cost in *last. 0 on success; 1 when an entry is not a (float, int)
-       pair or the sum leaves 62 bits: the general path decides those. */
+       the first live entry (ts > cutoff) in *start, the sum of the live costs in *used. 0 on
+       success; 1 when an entry is not a (float, whole int or float) pair or the sum passes
+       2**53: the general path decides those. Whole numbers below 2**53 add up exactly in
+       any order, so the sum is sum()'s on every Python (3.12 compensates float sums). */
     static PyObject *rk_one = NULL;  /* the int 1, set at import */
-    static int rk_log_scan(PyObject *log, double cutoff, Py_ssize_t *start, long long *used,
-                           long long *last) {
+    static int rk_log_scan(PyObject *log, double cutoff, Py_ssize_t *start, double *used) {
         Py_ssize_t size = PyTuple_GET_SIZE(log), i;
-        long long sum = 0, c = 0;
+        double sum = 0.0, c;
+        long long v;
         int overflow = 0;
         *start = size;
         for (i = 0; i < size; i++) {
@@ -88,22 +89,27 @@ cdef extern from *:
             if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 2) return 1;
             ts = PyTuple_GET_ITEM(e, 0);
             co = PyTuple_GET_ITEM(e, 1);
-            if (!PyFloat_CheckExact(ts) || !PyLong_CheckExact(co)) return 1;
+            if (!PyFloat_CheckExact(ts)) return 1;
+            if (co == rk_one) {
+                c = 1.0;  /* the usual cost: the small-int singleton, no conversion */
+            } else if (PyLong_CheckExact(co)) {
+                v = PyLong_AsLongLongAndOverflow(co, &overflow);
+                if (overflow || v < 0 || v > (1LL << 53)) return 1;
+                c = (double)v;
+            } else if (PyFloat_CheckExact(co)) {
+                c = PyFloat_AS_DOUBLE(co);
+                if (!(c >= 0.0 && c <= 9007199254740992.0 && c == floor(c))) return 1;
+            } else {
+                return 1;
+            }
             if (*start == size) {
                 if (PyFloat_AS_DOUBLE(ts) <= cutoff) continue;
                 *start = i;
             }
-            if (co == rk_one) {
-                c = 1;  /* the usual cost: the small-int singleton, no conversion */
-            } else {
-                c = PyLong_AsLongLongAndOverflow(co, &overflow);
-                if (overflow || c < 0 || c > (1LL << 61)) return 1;
-            }
             sum += c;
-            if (sum > (1LL << 61)) return 1;
+            if (sum > 9007199254740992.0) return 1;
         }
         *used = sum;
-        *last = c;
         return 0;
     }
     #ifndef RK_SOURCE_SHA256
@@ -114,8 +120,7 @@ cdef extern from *:
                        object reset, object delay, object limit)
     long long rk_floordiv(long long a, long long b)
     object rk_log_append(object state, Py_ssize_t start, Py_ssize_t keep, object last)
-    int rk_log_scan(object log, double cutoff, Py_ssize_t *start, long long *used,
-                    long long *last)
+    int rk_log_scan(object log, double cutoff, Py_ssize_t *start, double *used)
     PyObject *rk_one
     const char *RK_SOURCE_SHA256
 
@@ -156,7 +161,7 @@ cdef class _Hit:
     cdef dict data
     cdef list tokens
     cdef object wait, clock, check_key, slow, after_insert, table, limit
-    cdef long long most  # the largest whole cost that can ever be admitted
+    cdef long long most  # the largest whole cost that can ever be admitted (<= 2**53)
 
     def __init__(self, t, limit, mutex, after_insert, hooks):
         self.table = t
@@ -172,21 +177,31 @@ cdef class _Hit:
         self.after_insert = after_insert
         self.limit = limit
         cdef double most = floor(limit.capacity)
-        self.most = <long long>most if most < 9e18 else <long long>9e18
+        self.most = <long long>most if most < 9007199254740992.0 else 9007199254740992
 
-    cdef inline long long cost_of(self, key, cost) except -2:
-        """The cost as a C integer, or -1: take the general path."""
+    cdef inline double cost_of(self, key, cost) except -2.0:
+        """The cost as a double, or -1: take the general path. This path takes a whole
+        cost from 1 to the capacity (at most 2**53, where floats hold every whole number),
+        given as an int or as a float with a whole value (the service's hits are floats):
+        the pure functions then compute the same values either way."""
         cdef long long c
-        if type(cost) is not int or type(key) is not str:
-            return -1
-        try:
-            c = cost
-        except OverflowError:
-            return -1
-        return c if 0 < c <= self.most else -1
+        cdef double cf
+        if type(key) is not str:
+            return -1.0
+        if type(cost) is int:
+            try:
+                c = cost
+            except OverflowError:
+                return -1.0
+            return <double>c if 0 < c <= self.most else -1.0
+        if type(cost) is float:
+            cf = cost
+            if 0.0 < cf <= <double>self.most and cf == floor(cf):
+                return cf
+        return -1.0
 
     def hit(self, key, cost=1):
-        cdef long long c = self.cost_of(key, cost)
+        cdef double c = self.cost_of(key, cost)
         if c < 0:
             return self.slow(key, cost)
         tokens = self.tokens
@@ -195,7 +210,7 @@ cdef class _Hit:
         else:
             self.wait()
         try:
-            d = self.decide(key, c, self.clock())
+            d = self.decide(key, c, cost, self.clock())
         finally:
             tokens.append(True)
         if d is None:  # outside this path's range, after all: the general path decides
@@ -205,7 +220,7 @@ cdef class _Hit:
     def at(self, key, cost, now):
         """The decision at `now`, a caller's own clock reading (`MemoryStore.decide_one`),
         or None: the general path decides."""
-        cdef long long c = self.cost_of(key, cost)
+        cdef double c = self.cost_of(key, cost)
         if c < 0:
             return None
         tokens = self.tokens
@@ -214,12 +229,13 @@ cdef class _Hit:
         else:
             self.wait()
         try:
-            return self.decide(key, c, now)
+            return self.decide(key, c, cost, now)
         finally:
             tokens.append(True)
 
-    cdef object decide(self, key, long long c, object t):
-        """The decision for a cost `c` at clock reading `t`, with the mutex held; None
+    cdef object decide(self, key, double cf, object cost, object t):
+        """The decision for a cost `cf` (the caller's `cost`) at clock reading `t`, with the
+        mutex held; None
         (with nothing changed) for what only the general path takes."""
         raise NotImplementedError
 
@@ -234,8 +250,8 @@ cdef class _Gcra(_Hit):
         self.b2 = self.b + 2.0  # the drift tolerance's constants (gcra.decide)
         self.quarter = 0.25 / self.r
 
-    cdef object decide(self, key, long long c, object t):
-        cdef double now, tat, tokens, left, r = self.r, cf = <double>c
+    cdef object decide(self, key, double cf, object cost, object t):
+        cdef double now, tat, tokens, left, r = self.r
         cdef dict data = self.data
         if type(t) is not float:
             return None
@@ -278,9 +294,8 @@ cdef class _TokenBucket(_Hit):
         self.b = limit.capacity
         self.quarter = 0.25 / self.r  # the drift tolerance's cap (token_bucket.decide)
 
-    cdef object decide(self, key, long long c, object t):
+    cdef object decide(self, key, double cf, object cost, object t):
         cdef double now, tokens, last, left, behind = 0.0, r = self.r, b = self.b
-        cdef double cf = <double>c
         cdef dict data = self.data
         if type(t) is not float:
             return None
@@ -326,7 +341,7 @@ cdef class _FixedWindow(_Hit):
         self.p = limit.period
         self.fits = self.n + EPS
 
-    cdef object decide(self, key, long long c, object t):
+    cdef object decide(self, key, double cf, object cost, object t):
         cdef double now, kf, used = 0.0, reset, left, n = self.n, p = self.p
         cdef dict data = self.data
         if type(t) is not float:
@@ -349,8 +364,8 @@ cdef class _FixedWindow(_Hit):
             if k is None:
                 k = PyLong_FromDouble(kf)
             reset = (kf + 1.0) * p - now
-            if used + <double>c <= self.fits:
-                used += <double>c
+            if used + cf <= self.fits:
+                used += cf
                 data[key] = (k, used)
                 if old is None:
                     self.after_insert(self.table, now)
@@ -376,10 +391,10 @@ cdef class _SlidingWindowCounter(_Hit):
         self.n = limit.capacity
         self.p = limit.period
 
-    cdef object decide(self, key, long long c, object t):
+    cdef object decide(self, key, double cf, object cost, object t):
         # sliding_window_counter.decide with _roll and _estimate inline
         cdef double now, kf, prev = 0.0, curr = 0.0, elapsed, est, start, e, retry, reset
-        cdef double n = self.n, p = self.p, cf = <double>c, skf
+        cdef double n = self.n, p = self.p, skf
         cdef dict data = self.data
         if type(t) is not float:
             return None
@@ -454,10 +469,11 @@ cdef class _LeakyBucket(_Hit):
         else:
             self.rate, self.burst, self.threshold = rate, burst, threshold
 
-    cdef object decide(self, key, long long c, object t):
+    cdef object decide(self, key, double cf, object cost, object t):
         # leaky_bucket.decide: nginx's integer arithmetic in milli-requests and milliseconds
         cdef long long now_ms, excess0 = 0, last = 0, ms, level, stamp, excess, remaining
         cdef long long rate = self.rate, burst = self.burst, threshold = self.threshold
+        cdef long long c = <long long>cf  # whole, at most the capacity (round(cost) is c)
         cdef double now, x, delay, reset
         cdef dict data = self.data
         if type(t) is not float:
@@ -534,14 +550,12 @@ cdef class _SlidingWindowLog(_Hit):
         self.n = limit.capacity
         self.p = limit.period
 
-    cdef object decide(self, key, long long c, object t):
+    cdef object decide(self, key, double cf, object cost, object t):
         # sliding_window_log.decide with _live inline. Entries are (ts, cost) tuples; a log
-        # holding anything but float instants and int costs (the general path's float costs,
-        # an int clock's instants) is left to the general path: sum() of floats is not a
-        # plain left-to-right addition on every Python.
-        cdef double now, freed, n = self.n, p = self.p, cf = <double>c, x
+        # holding anything but float instants and whole costs (a fractional cost from the
+        # general path, an int clock's instants) is left to the general path.
+        cdef double now, freed, used = 0.0, n = self.n, p = self.p, x
         cdef Py_ssize_t size = 0, start = 0, i
-        cdef long long used = 0, lc = 0
         cdef dict data = self.data
         if type(t) is not float:
             return None
@@ -554,21 +568,22 @@ cdef class _SlidingWindowLog(_Hit):
             else:
                 log = <tuple>old
                 size = len(log)
-                if rk_log_scan(log, now - p + TIME_EPS, &start, &used, &lc):
-                    data[key] = old  # (cutoff: ts + P <= now, within TIME_EPS, is expired)
+                # (cutoff: ts + P <= now, within TIME_EPS, is expired)
+                if rk_log_scan(log, now - p + TIME_EPS, &start, &used):
+                    data[key] = old
                     return None
             live = size - start
-            if <double>(used + c) <= n + EPS:
+            if used + cf <= n + EPS:
                 if live and <double>(<tuple>log[size - 1])[0] >= now:
                     # same instant, or a clock behind the newest entry: add to that entry
-                    last = (<tuple>log[size - 1])
-                    new = rk_log_append(log, start, live - 1, (last[0], lc + c))
+                    last = <tuple>log[size - 1]
+                    new = rk_log_append(log, start, live - 1, (last[0], last[1] + cost))
                 else:
-                    new = rk_log_append(log, start, live, (t, c))
+                    new = rk_log_append(log, start, live, (t, cost))
                 data[key] = new
                 if old is None:
                     self.after_insert(self.table, now)
-                x = n - <double>used - cf  # floor_remaining
+                x = n - used - cf  # floor_remaining
                 return rk_decision(DECISION, True, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
                                    FZERO, <double>(<tuple>new[len(new) - 1])[0] + p - now,
                                    FZERO, self.limit)
@@ -578,11 +593,11 @@ cdef class _SlidingWindowLog(_Hit):
             freed = 0.0
             for i in range(start, size):
                 entry = <tuple>log[i]
-                freed += <double><long long>entry[1]
-                if <double>used - freed + cf <= n + EPS:
+                freed += <double>entry[1]
+                if used - freed + cf <= n + EPS:
                     retry = <double>entry[0] + p - now
                     break
-            x = n - <double>used
+            x = n - used
             return rk_decision(DECISION, False, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
                                retry, <double>(<tuple>log[size - 1])[0] + p - now if live else 0.0,
                                FZERO, self.limit)

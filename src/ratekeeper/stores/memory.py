@@ -256,7 +256,7 @@ class MemoryStore:
             d = bound[1](key, cost, now)
             if d is not None:
                 return d
-        return self.decide(((limit, key, cost),), now)[0][0]
+        return self._decide(((limit, key, cost),), now, True)[0][0]
 
     def _bind_at(self, limit: Limit) -> tuple[Limit, _memory_hot.At | None]:
         build = _memory_hot.AT.get(limit.algorithm)
@@ -338,6 +338,14 @@ class MemoryStore:
 
     def decide(
         self, checks: Sequence[Check], now: float, consume: bool = True
+    ) -> tuple[list[Decision], float]:
+        if consume and len(checks) == 1:  # one charged check: `decide_one`'s fast path
+            limit, key, cost = checks[0]
+            return [self.decide_one(limit, key, cost, now)], now
+        return self._decide(checks, now, consume)
+
+    def _decide(
+        self, checks: Sequence[Check], now: float, consume: bool
     ) -> tuple[list[Decision], float]:
         tables = [self._table(limit) for limit, _, _ in checks]
         with self._lock:
