@@ -187,8 +187,10 @@ class Series:
     delayed: list[int] = field(default_factory=list)
     rejected: list[int] = field(default_factory=list)
 
-    def add(self, t: float, kind: int) -> None:
-        """Count one request at `t`: `kind` 0 admitted, 1 delayed, 2 rejected."""
+    def add(self, t: float, kind: int) -> int:
+        """Count one request at `t`: `kind` 0 admitted, 1 delayed, 2 rejected. Returns its
+        bucket's index (the same for the same `t` until the buckets are next halved, which
+        only a `t` past the last bucket does)."""
         if self.t0 is None:
             self.t0 = math.floor(t / self.width) * self.width
         i = int((t - self.t0) // self.width)
@@ -210,6 +212,7 @@ class Series:
             self.admitted[i] += 1
             if kind == 1:
                 self.delayed[i] += 1
+        return i
 
     def _halve(self) -> None:
         def merge(xs: list[int]) -> list[int]:
@@ -371,25 +374,53 @@ class _Tally:
         self.top_counters = SpaceSaving(top_capacity)
         self.delays = DelaySketch(alpha)
         self.series = Series(bucket, max_buckets)
+        # The series bucket of the last admitted request's time: the next request at the
+        # same time (most of a log's, at one-second resolution) is counted in it without
+        # the call (`Series.add` would find the same index: nothing changed the buckets).
+        self._t = math.nan
+        self._i = 0
+        # `DelaySketch.add(0.0)`, inline, when 0.0 counts as a zero (min_value >= 0)
+        self._zero_inline = self.delays.min_value >= 0.0
+
+    def _admitted(self, t: float) -> None:
+        """One request admitted at once at `t`: a zero delay and a series count."""
+        delays = self.delays
+        if self._zero_inline:
+            delays.count += 1
+            delays.zeros += 1
+        else:
+            delays.add(0.0)
+        if t == self._t:
+            series = self.series
+            series.offered[self._i] += 1
+            series.admitted[self._i] += 1
+        else:
+            self._i = self.series.add(t, 0)
+            self._t = t
 
     def add(self, client: str, ev: LogEvent, d: HTTPDecision | None) -> None:
         counts = self.counts
+        t = ev.t
         st = self.clients.get(client)
         if st is None:
-            st = self.clients[client] = [ev.t, 0.0, 0.0]
+            st = self.clients[client] = [t, 0.0, 0.0]
             self.page_loads += 1
         else:
-            if ev.t - st[0] > self.gap:
+            if t - st[0] > self.gap:
                 self.page_loads += 1
                 st[1] = 0.0
-            st[0] = ev.t
+            st[0] = t
         if d is None:
             counts[0] += 1
             counts[3] += 1
-            self.delays.add(0.0)
-            self.series.add(ev.t, 0)
+            self._admitted(t)
             return
         verdict = d.verdict
+        if verdict == "allowed":  # the most common verdict first
+            counts[0] += 1
+            self._admitted(t)
+            return
+        self._t = math.nan  # another kind of count: the next admitted one finds its bucket
         if verdict == "rejected":
             counts[2] += 1
             if not st[1]:
@@ -408,8 +439,7 @@ class _Tally:
         counts[0] += 1
         if verdict == "shadow-rejected":
             counts[4] += 1
-        self.delays.add(0.0)
-        self.series.add(ev.t, 0)
+        self._admitted(t)
 
     def result(self, top: int) -> PolicyResult:
         a, dl, r, nl, sr = self.counts
@@ -466,20 +496,25 @@ def compare(candidates: Sequence[Candidate], events: Iterable[LogEvent], *,
     who = client_of or _log_client
     tallies = [_Tally(c, gap=gap, bucket=bucket, max_buckets=max_buckets,
                       top_capacity=top_capacity, alpha=alpha) for c in candidates]
+    # The first candidate's replay reads `events` itself (each answer carries its event);
+    # the others are fed the same event through a `_Slot`.
     slot = _Slot()
-    runs = [replay(c.policies, slot,
+    runs = [replay(c.policies, events if i == 0 else slot,
                    store=MemoryStore() if stores is None else stores[i])
             for i, c in enumerate(candidates)]
-    pairs = list(zip(runs, tallies, strict=True))
+    first, *rest = zip(runs, tallies, strict=True)
+    lead, lead_tally = first
     n = 0
     first_t: float | None = None
     last_t: float | None = None
-    for ev in events:
+    for r in lead:
+        ev = r.event
         if first_t is None:
             first_t = ev.t
         last_t = ev.t
         client = who(ev)
-        for run, tally in pairs:
+        lead_tally.add(client, ev, r.decision)
+        for run, tally in rest:
             slot.ev = ev
             tally.add(client, ev, next(run).decision)
         n += 1
