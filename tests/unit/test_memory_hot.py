@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ratekeeper import Limit, Limiter, MemoryStore
+from ratekeeper import InvalidKey, Limit, Limiter, MemoryStore
 from ratekeeper.algorithms import get as get_algorithm
 from ratekeeper.stores import _memory_hot
 from ratekeeper.stores.memory import _Mutex
@@ -153,11 +153,14 @@ def test_hot_path_rejects_a_bad_new_key_and_keeps_state_of_known_ones(implementa
     limiter = Limiter(limit, store, clock=clock)
     limiter.hit("good")
     before = store.state(limit, "good")
-    with pytest.raises(Exception, match="key"):
-        limiter.hit("bad\n")
-    assert store.state(limit, "bad\n") is None
+    for bad, why in [("bad\n", "non-printable"), ("", "empty"),
+                     ("k" * (limiter.max_key_length + 1), "max_key_length")]:
+        with pytest.raises(InvalidKey, match=why):
+            limiter.hit(bad)
+        assert store.state(limit, bad) is None
+    limiter.hit("k" * limiter.max_key_length)  # the longest key allowed
     assert store.state(limit, "good") == before
-    assert len(store) == 1
+    assert len(store) == 2
 
 
 def test_mutex_admits_one_thread_at_a_time() -> None:

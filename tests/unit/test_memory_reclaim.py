@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ratekeeper import Limit, Limiter, MemoryStore
+from ratekeeper import InvalidLimit, Limit, Limiter, MemoryStore
 from ratekeeper.testing import ManualClock
 
 IDLE = 20_000
@@ -85,3 +85,27 @@ def test_an_unrecovered_key_at_the_old_end_does_not_block_reclaim() -> None:
         limiter.hit(f"late:{i}")
     assert store.state(lim, "heavy") is not None
     assert store.keys(lim) - LATE - 1 <= IDLE // 10
+
+
+@pytest.mark.parametrize("grace,churns", [(0.25, False), (0.0, True)])
+def test_keys_revisited_soon_after_they_recover_are_not_dropped(grace: float,
+                                                                churns: bool) -> None:
+    # Many clients in turn, each back 0.2 s after its last request, by which time its state
+    # has recovered (10/s, one request): within the grace none is dropped and re-inserted.
+    lim = short_limit("gcra")
+    store, clock = MemoryStore(sweep_grace=grace), ManualClock()
+    limiter = Limiter(lim, store, clock=clock)
+    keys = [f"rr:{i}" for i in range(2_000)]
+    for _ in range(5):
+        for k in keys:
+            limiter.hit(k)
+            clock.advance(0.2 / len(keys))
+    assert (store.expired > 0) is churns  # without a grace: dropped, then inserted again
+    if not churns:
+        assert store.keys(lim) == len(keys)
+
+
+@pytest.mark.parametrize("grace", [-1, float("nan"), float("inf"), "1", True])
+def test_sweep_grace_is_validated(grace: object) -> None:
+    with pytest.raises(InvalidLimit, match="sweep_grace"):
+        MemoryStore(sweep_grace=grace)  # type: ignore[arg-type]

@@ -142,10 +142,6 @@ cdef object FZERO = 0.0
 cdef long long SAFE = 1LL << 31
 
 
-def _unchecked(key):
-    return None
-
-
 cdef inline double min_of(double x, double y):
     return y if y < x else x  # Python's min(x, y)
 
@@ -160,8 +156,10 @@ cdef class _Hit:
 
     cdef dict data
     cdef list tokens
-    cdef object wait, clock, check_key, slow, after_insert, table, limit
+    cdef object wait, clock, check_key, slow, housekeep, table, limit
     cdef long long most  # the largest whole cost that can ever be admitted (<= 2**53)
+    cdef Py_ssize_t max_len, max_keys  # max_len -1: the caller checks its keys
+    cdef long long inserts, sweep_every
 
     def __init__(self, t, limit, mutex, after_insert, hooks):
         self.table = t
@@ -169,12 +167,18 @@ cdef class _Hit:
         self.tokens = mutex.take.__self__  # the mutex's token list (see memory._Mutex)
         self.wait = mutex.wait
         if hooks is None:  # for `at` only: the caller reads its clock and checks its keys
-            self.check_key = _unchecked
+            self.max_len = -1
         else:
             self.clock = hooks.clock
             self.check_key = hooks.check_key
+            self.max_len = hooks.max_key_length
             self.slow = hooks.slow
-        self.after_insert = after_insert
+        # `after_insert` is the store's `_after_insert`: what it does is done here, with this
+        # path's own count of inserts, calling the store only for an eviction or a sweep.
+        store = after_insert.__self__
+        self.housekeep = store._housekeep
+        self.max_keys = store.max_keys
+        self.sweep_every = store.sweep_every
         self.limit = limit
         cdef double most = floor(limit.capacity)
         self.most = <long long>most if most < 9007199254740992.0 else 9007199254740992
@@ -199,6 +203,19 @@ cdef class _Hit:
             if 0.0 < cf <= <double>self.most and cf == floor(cf):
                 return cf
         return -1.0
+
+    cdef inline int check_new(self, key) except -1:
+        """A key about to be inserted: `core.check_key`'s conditions, and its error (with
+        what is wrong and what to do) when one fails."""
+        if self.max_len >= 0 and not (0 < len(key) <= self.max_len and key.isprintable()):
+            self.check_key(key)  # raises InvalidKey
+        return 0
+
+    cdef inline int inserted(self, double now) except -1:
+        self.inserts += 1
+        if len(self.data) > self.max_keys or self.inserts % self.sweep_every == 0:
+            self.housekeep(self.table, now, self.inserts % self.sweep_every == 0)
+        return 0
 
     def hit(self, key, cost=1):
         cdef double c = self.cost_of(key, cost)
@@ -259,7 +276,7 @@ cdef class _Gcra(_Hit):
         old = data.pop(key, None)
         try:
             if old is None:
-                self.check_key(key)
+                self.check_new(key)
                 tat = now
             else:
                 tat = <double>old
@@ -272,7 +289,7 @@ cdef class _Gcra(_Hit):
                 tat += cf / r
                 data[key] = tat
                 if old is None:
-                    self.after_insert(self.table, now)
+                    self.inserted(now)
                 return rk_decision(DECISION, True, remaining_of(left), FZERO, tat - now,
                                    FZERO, self.limit)
             if old is not None:
@@ -303,7 +320,7 @@ cdef class _TokenBucket(_Hit):
         old = data.pop(key, None)
         try:
             if old is None:
-                self.check_key(key)
+                self.check_new(key)
                 tokens = b
             else:
                 tokens = <double>(<tuple>old)[0]
@@ -319,7 +336,7 @@ cdef class _TokenBucket(_Hit):
                                                                 self.quarter):
                 data[key] = (left, t)
                 if old is None:
-                    self.after_insert(self.table, now)
+                    self.inserted(now)
                 return rk_decision(DECISION, True, remaining_of(left), FZERO,
                                    (b - left) / r, FZERO, self.limit)
             if old is not None:
@@ -354,7 +371,7 @@ cdef class _FixedWindow(_Hit):
         old = data.pop(key, None)
         try:
             if old is None:
-                self.check_key(key)
+                self.check_new(key)
             else:
                 sk = (<tuple>old)[0]
                 if sk >= kf:  # same window, or the clock went back into an earlier one
@@ -368,7 +385,7 @@ cdef class _FixedWindow(_Hit):
                 used += cf
                 data[key] = (k, used)
                 if old is None:
-                    self.after_insert(self.table, now)
+                    self.inserted(now)
                 left = n - used
                 return rk_decision(DECISION, True, remaining_of(left), FZERO, reset, FZERO,
                                    self.limit)
@@ -406,7 +423,7 @@ cdef class _SlidingWindowCounter(_Hit):
         old = data.pop(key, None)
         try:
             if old is None:
-                self.check_key(key)
+                self.check_new(key)
             else:
                 sk = (<tuple>old)[0]
                 skf = <double>sk
@@ -433,7 +450,7 @@ cdef class _SlidingWindowCounter(_Hit):
                 reset = (start + 2.0 * p if curr else start + p) - now
                 data[key] = (k, prev, curr)
                 if old is None:
-                    self.after_insert(self.table, now)
+                    self.inserted(now)
                 e = n - est - cf  # floor_remaining
                 return rk_decision(DECISION, True, PyLong_FromDouble(e + EPS) if e > 0 else ZERO,
                                    FZERO, reset, FZERO, self.limit)
@@ -486,7 +503,7 @@ cdef class _LeakyBucket(_Hit):
         old = data.pop(key, None)
         try:
             if old is None:
-                self.check_key(key)
+                self.check_new(key)
                 level, stamp = -1000, now_ms
             else:
                 excess0 = (<tuple>old)[0]
@@ -514,7 +531,7 @@ cdef class _LeakyBucket(_Hit):
                 reset = <double>(stamp - rk_floordiv(-(excess + 1000) * 1000, rate)) / 1000.0 - now
                 data[key] = (excess, stamp)
                 if old is None:
-                    self.after_insert(self.table, now)
+                    self.inserted(now)
                 return rk_decision(DECISION, True, rk_floordiv(burst - excess, 1000), FZERO,
                                    reset, delay, self.limit)
             if old is not None:
@@ -563,7 +580,7 @@ cdef class _SlidingWindowLog(_Hit):
         old = data.pop(key, None)
         try:
             if old is None:
-                self.check_key(key)
+                self.check_new(key)
                 log = EMPTY
             else:
                 log = <tuple>old
@@ -582,7 +599,7 @@ cdef class _SlidingWindowLog(_Hit):
                     new = rk_log_append(log, start, live, (t, cost))
                 data[key] = new
                 if old is None:
-                    self.after_insert(self.table, now)
+                    self.inserted(now)
                 x = n - used - cf  # floor_remaining
                 return rk_decision(DECISION, True, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
                                    FZERO, <double>(<tuple>new[len(new) - 1])[0] + p - now,

@@ -16,14 +16,18 @@ the least recently used state is removed").
 
 Idle keys expire without a timer thread: every `sweep_every` new keys (default 32), the
 decision that inserted the last of them also checks up to `sweep_batch` (default 4096) of the
-oldest entries and drops the recovered ones, so a table shrinks back after traffic moves on
+oldest entries and drops those recovered for at least `sweep_grace` seconds (default 0.25), so
+a table shrinks back after traffic moves on
 and no single decision pays for more than one batch (a few hundred microseconds). A scan stops
 early once it has met a few keys that have not recovered (`_PATIENCE`): the oldest keys
 recover first, so behind them there is rarely anything to drop, and a flood of new keys that
 are all still in their window costs a handful of checks per batch. A key that has not
 recovered never blocks the ones behind it for longer than its limit's window, after which it
 has recovered too. With these defaults, 1,000 new keys reclaim up to 126,976 idle ones (31 batches).
-`sweep()` drops every recovered key at once.
+The grace keeps a client that returns soon after it recovered (many keys visited in turn, each
+every few hundred milliseconds) from being dropped and re-inserted on every visit: forgetting
+a recovered key changes no decision, but paying for its insertion again and again is the
+dominant cost of such traffic. `sweep()` drops every recovered key at once.
 
 Concurrency: one mutex per store (`_Mutex`, a token in a list: a third of a
 ``threading.Lock``'s cost per decision), held only while the pure function runs (well under a
@@ -125,12 +129,17 @@ class MemoryStore:
     uses_client_clock = True
 
     def __init__(self, max_keys: int = 1_000_000, *, sweep_every: int = 32,
-                 sweep_batch: int = 4096) -> None:
+                 sweep_batch: int = 4096, sweep_grace: float = 0.25) -> None:
         if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
             raise InvalidLimit(f"max_keys must be a whole number >= 1, got {max_keys!r}")
+        if isinstance(sweep_grace, bool) or not isinstance(sweep_grace, (int, float)) \
+                or not 0 <= sweep_grace < float("inf"):
+            raise InvalidLimit(f"sweep_grace must be a number of seconds >= 0, got "
+                               f"{sweep_grace!r}")
         self.max_keys = max_keys
         self.sweep_every = max(1, sweep_every)
         self.sweep_batch = max(1, sweep_batch)
+        self.sweep_grace = float(sweep_grace)
         # Evict in batches: scanning from the LRU end walks over slots freed by earlier
         # deletions until the dict compacts, so one scan per batch keeps eviction O(1)
         # amortised instead of O(n) per key.
@@ -182,11 +191,16 @@ class MemoryStore:
 
     def _after_insert(self, t: _Table, now: float) -> None:
         t.inserts += 1
+        self._housekeep(t, now, t.inserts % self.sweep_every == 0)
+
+    def _housekeep(self, t: _Table, now: float, sweep: bool) -> None:
+        """After an insert: back under the bound, or (every `sweep_every` inserts, which the
+        caller counts) an expiry sweep."""
         data = t.data
         if len(data) > self.max_keys:
             # Evict a batch below the bound, but never the key just inserted (the MRU end).
             self._evict(t, now, min(len(data) - self.max_keys + self._batch, len(data) - 1))
-        elif t.inserts % self.sweep_every == 0:
+        elif sweep:
             self._expire_oldest(t, now, self.sweep_batch)
 
     def _evict(self, t: _Table, now: float, need: int) -> None:
@@ -211,8 +225,9 @@ class MemoryStore:
         data, ttl, limit = t.data, t.ttl, t.limit
         dead = []
         alive = 0
+        grace = -self.sweep_grace  # ttl is minus the time since the state recovered
         for k, s in itertools.islice(data.items(), n):
-            if ttl(s, now, limit) <= 0:
+            if ttl(s, now, limit) <= grace:
                 dead.append(k)
             else:
                 alive += 1
