@@ -10,6 +10,7 @@ stored state must equal, bit for bit, what the pure function gives on the same s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -253,3 +254,31 @@ def test_decide_one_at_a_callers_clock_equals_the_pure_function(algorithm: str,
         # repr: equal values of other types (an int cost logged as 1.0) would compare equal
         assert repr(store.state(limit, key)) == repr(model.get(key))
     assert store._at[id(limit)][1] is not None  # the compiled path took these calls
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_several_checks_decide_as_the_general_path(seed: int) -> None:
+    # MemoryStore.decide of several charged checks (a per-key limit with a global one, the
+    # service's and the middleware's composites) takes the compiled all-or-nothing call
+    # where it is built; the store's general path (`_decide`) is the reference.
+    _builders("compiled")
+    rng = random.Random(f"all-{seed}")
+    algorithms = ["fixed-window", "gcra", "leaky-bucket", "sliding-window-counter",
+                  "sliding-window-log", "token-bucket"]
+    limits = [_limit(rng.choice(algorithms), rng) for _ in range(rng.choice([2, 2, 3]))]
+    limits = [dataclasses.replace(lim, name=f"l{i}") for i, lim in enumerate(limits)]
+    fast, ref = MemoryStore(), MemoryStore()
+    now: float = rng.choice([1000.0, 1.7e9 + rng.random()])
+    for step in range(200):
+        now += rng.choice([0.0, 0.001, 0.05, 0.3, 1.0, -0.2, 2.5])
+        key = rng.choice(["a", "b", "c"])
+        cost = rng.choice([1, 1, 2, 1.0, 3])
+        checks = [(lim, key if rng.random() < 0.8 else "global", cost) for lim in limits]
+        got, _ = fast.decide(checks, now)
+        want, _ = ref._decide(checks, now, True)
+        assert [tuple(d) for d in got] == [tuple(d) for d in want], (step, checks)
+        assert [[type(v) for v in d] for d in got] == [[type(v) for v in d] for d in want]
+        for lim in limits:
+            for k in ("a", "b", "c", "global"):
+                assert repr(fast.state(lim, k)) == repr(ref.state(lim, k)), (step, lim, k)
+    assert all(fast._at[id(lim)][1] is not None for lim in limits)  # the compiled call ran

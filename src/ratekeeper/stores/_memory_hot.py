@@ -24,21 +24,29 @@ import hashlib
 import math
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .._types import Decision, Limit
 from ..algorithms._common import EPS, FLOAT_DRIFT, NS_TOLERANCE, new_decision
-from ._base import HitHooks
+from ._base import Check, HitHooks
 
-__all__ = ["AT", "COMPILED", "HOT", "PURE_PYTHON_ENV", "SELECTED"]
+__all__ = ["AT", "COMPILED", "DECIDE_ALL", "HOT", "PURE_PYTHON_ENV", "SELECTED"]
 
 Hit = Callable[[str, float], Decision]
 Builder = Callable[[Any, Limit, Any, Callable[[Any, float], None], HitHooks], Hit]
-#: ``(key, cost, now) -> Decision``, or None for what only the general path takes.
-At = Callable[[str, float, float], "Decision | None"]
-AtBuilder = Callable[[Any, Limit, Any, Callable[[Any, float], None]], At]
+
+
+class Bound(Protocol):
+    """A compiled limit's decisions at a caller's clock (`MemoryStore.decide_one`)."""
+
+    def at(self, key: str, cost: float, now: float) -> Decision | None:
+        """The charged decision, or None for what only the general path takes."""
+
+
+AtBuilder = Callable[[Any, Limit, Any, Callable[[Any, float], None]], Bound]
+DecideAll = Callable[[list[Bound], Sequence[Check], float], "list[Decision] | None"]
 
 
 def _gcra(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any, float], None],
@@ -215,7 +223,7 @@ HOT: dict[str, Builder] = {
 PURE_PYTHON_ENV = "RATEKEEPER_PURE_PYTHON"
 
 
-def _compiled() -> tuple[dict[str, Builder], dict[str, AtBuilder]] | None:
+def _compiled() -> tuple[dict[str, Builder], dict[str, AtBuilder], DecideAll] | None:
     """The compiled twin's builders (`_memory_hot_c`, built at install time where a C compiler
     is there), or None: not built, switched off, or older than its source."""
     if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
@@ -232,7 +240,7 @@ def _compiled() -> tuple[dict[str, Builder], dict[str, AtBuilder]] | None:
                       "using the pure-Python hot path (rebuild: pip install -e .)",
                       RuntimeWarning, stacklevel=2)
         return None
-    return _memory_hot_c.HOT, _memory_hot_c.AT
+    return _memory_hot_c.HOT, _memory_hot_c.AT, _memory_hot_c.decide_all
 
 
 _BUILT = _compiled()
@@ -243,3 +251,5 @@ SELECTED: dict[str, Builder] = {**HOT, **COMPILED} if COMPILED is not None else 
 #: algorithm name -> the builder of `MemoryStore.decide_one`'s fast path (compiled only: in
 #: pure Python the general path is as fast as a second copy would be).
 AT: dict[str, AtBuilder] = {} if _BUILT is None else _BUILT[1]
+#: `MemoryStore._decide` of charged checks, on the objects `AT` builds (compiled only).
+DECIDE_ALL: DecideAll | None = None if _BUILT is None else _BUILT[2]

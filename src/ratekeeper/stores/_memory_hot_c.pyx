@@ -160,8 +160,9 @@ cdef class _Hit:
     cdef long long most  # the largest whole cost that can ever be admitted (<= 2**53)
     cdef Py_ssize_t max_len, max_keys  # max_len -1: the caller checks its keys
     cdef long long inserts, sweep_every
+    cdef object new  # the state `step` computed
 
-    def __init__(self, t, limit, mutex, after_insert, hooks):
+    def __init__(self, t, limit, mutex, after_insert, hooks=None):
         self.table = t
         self.data = t.data
         self.tokens = mutex.take.__self__  # the mutex's token list (see memory._Mutex)
@@ -251,234 +252,209 @@ cdef class _Hit:
             tokens.append(True)
 
     cdef object decide(self, key, double cf, object cost, object t):
-        """The decision for a cost `cf` (the caller's `cost`) at clock reading `t`, with the
-        mutex held; None
-        (with nothing changed) for what only the general path takes."""
+        """The decision for a cost `cf` (the caller's `cost`) at clock reading `t`, charged,
+        with the mutex held; None (with nothing changed) for what only the general path
+        takes. The key's state is popped and put back, so the table stays in LRU order."""
+        cdef dict data = self.data
+        if type(t) is not float:
+            return None
+        old = data.pop(key, None)
+        try:
+            if old is None:
+                self.check_new(key)
+            d = self.step(old, cf, cost, t)
+            if d is None:
+                if old is not None:
+                    data[key] = old
+                return None
+            new = self.new
+            if new is not None:
+                data[key] = new
+                if old is None:
+                    self.inserted(<double>t)
+            elif old is not None:
+                data[key] = old
+            return d
+        except BaseException:
+            if old is not None and key not in data:
+                data[key] = old  # lose nothing, whatever went wrong
+            raise
+
+    cdef object step(self, object old, double cf, object cost, object t):
+        """The algorithm's pure ``decide(old, t, cost, limit)``: its decision, with its new
+        state in ``self.new`` (None: the state stays as it was); None for what only the
+        general path takes. `t` is a float; `cf` is `cost`, whole, from 1 to the capacity."""
         raise NotImplementedError
 
 
 cdef class _Gcra(_Hit):
     cdef double r, b, b2, quarter
 
-    def __init__(self, t, limit, mutex, after_insert, hooks):
+    def __init__(self, t, limit, mutex, after_insert, hooks=None):
         _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
         self.r = limit.per_second
         self.b = limit.capacity
         self.b2 = self.b + 2.0  # the drift tolerance's constants (gcra.decide)
         self.quarter = 0.25 / self.r
 
-    cdef object decide(self, key, double cf, object cost, object t):
+    cdef object step(self, object old, double cf, object cost, object t):
         cdef double now, tat, tokens, left, r = self.r
-        cdef dict data = self.data
-        if type(t) is not float:
-            return None
         now = <double>t
-        old = data.pop(key, None)
-        try:
-            if old is None:
-                self.check_new(key)
+        if old is None:
+            tat = now
+        else:
+            tat = <double>old
+            if tat < now:
                 tat = now
-            else:
-                tat = <double>old
-                if tat < now:
-                    tat = now
-            tokens = self.b - (tat - now) * r
-            left = tokens - cf
-            if left >= 0.0 or -left / r < NS_TOLERANCE + min_of(self.b2 * fabs(tat) * FLOAT_DRIFT,
-                                                                self.quarter):
-                tat += cf / r
-                data[key] = tat
-                if old is None:
-                    self.inserted(now)
-                return rk_decision(DECISION, True, remaining_of(left), FZERO, tat - now,
-                                   FZERO, self.limit)
-            if old is not None:
-                data[key] = old
-            return rk_decision(DECISION, False, remaining_of(tokens), -left / r, tat - now,
+        tokens = self.b - (tat - now) * r
+        left = tokens - cf
+        if left >= 0.0 or -left / r < NS_TOLERANCE + min_of(self.b2 * fabs(tat) * FLOAT_DRIFT,
+                                                            self.quarter):
+            tat += cf / r
+            self.new = tat
+            return rk_decision(DECISION, True, remaining_of(left), FZERO, tat - now,
                                FZERO, self.limit)
-        except BaseException:
-            if old is not None and key not in data:
-                data[key] = old  # lose nothing, whatever went wrong
-            raise
+        self.new = None
+        return rk_decision(DECISION, False, remaining_of(tokens), -left / r, tat - now,
+                           FZERO, self.limit)
 
 
 cdef class _TokenBucket(_Hit):
     cdef double r, b, quarter
 
-    def __init__(self, t, limit, mutex, after_insert, hooks):
+    def __init__(self, t, limit, mutex, after_insert, hooks=None):
         _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
         self.r = limit.per_second
         self.b = limit.capacity
         self.quarter = 0.25 / self.r  # the drift tolerance's cap (token_bucket.decide)
 
-    cdef object decide(self, key, double cf, object cost, object t):
+    cdef object step(self, object old, double cf, object cost, object t):
         cdef double now, tokens, last, left, behind = 0.0, r = self.r, b = self.b
-        cdef dict data = self.data
-        if type(t) is not float:
-            return None
         now = <double>t
-        old = data.pop(key, None)
-        try:
-            if old is None:
-                self.check_new(key)
-                tokens = b
-            else:
-                tokens = <double>(<tuple>old)[0]
-                last = <double>(<tuple>old)[1]
-                if now >= last:
-                    tokens += (now - last) * r
-                    if tokens > b:
-                        tokens = b
-                else:  # a clock going backwards refills nothing
-                    behind = last - now
-            left = tokens - cf
-            if left >= 0.0 or -left / r < NS_TOLERANCE + min_of(2.0 * fabs(now) * FLOAT_DRIFT,
-                                                                self.quarter):
-                data[key] = (left, t)
-                if old is None:
-                    self.inserted(now)
-                return rk_decision(DECISION, True, remaining_of(left), FZERO,
-                                   (b - left) / r, FZERO, self.limit)
-            if old is not None:
-                data[key] = old
-            return rk_decision(DECISION, False, remaining_of(tokens), behind - left / r,
-                               behind + (b - tokens) / r, FZERO, self.limit)
-        except BaseException:
-            if old is not None and key not in data:
-                data[key] = old
-            raise
+        if old is None:
+            tokens = b
+        else:
+            tokens = <double>(<tuple>old)[0]
+            last = <double>(<tuple>old)[1]
+            if now >= last:
+                tokens += (now - last) * r
+                if tokens > b:
+                    tokens = b
+            else:  # a clock going backwards refills nothing
+                behind = last - now
+        left = tokens - cf
+        if left >= 0.0 or -left / r < NS_TOLERANCE + min_of(2.0 * fabs(now) * FLOAT_DRIFT,
+                                                            self.quarter):
+            self.new = (left, t)
+            return rk_decision(DECISION, True, remaining_of(left), FZERO,
+                               (b - left) / r, FZERO, self.limit)
+        self.new = None
+        return rk_decision(DECISION, False, remaining_of(tokens), behind - left / r,
+                           behind + (b - tokens) / r, FZERO, self.limit)
 
 
 cdef class _FixedWindow(_Hit):
     cdef double n, p, fits
 
-    def __init__(self, t, limit, mutex, after_insert, hooks):
+    def __init__(self, t, limit, mutex, after_insert, hooks=None):
         _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
         self.n = limit.capacity
         self.p = limit.period
         self.fits = self.n + EPS
 
-    cdef object decide(self, key, double cf, object cost, object t):
+    cdef object step(self, object old, double cf, object cost, object t):
         cdef double now, kf, used = 0.0, reset, left, n = self.n, p = self.p
-        cdef dict data = self.data
-        if type(t) is not float:
-            return None
         now = <double>t
         kf = floor(now / p + EPS)
         if not -9e15 < kf < 9e15:  # a window index beyond exact float integers
             return None
         k = None  # the window index as the pure function keeps it (a Python int)
-        old = data.pop(key, None)
-        try:
-            if old is None:
-                self.check_new(key)
-            else:
-                sk = (<tuple>old)[0]
-                if sk >= kf:  # same window, or the clock went back into an earlier one
-                    k = sk
-                    kf = <double>sk
-                    used = <double>(<tuple>old)[1]
-            if k is None:
-                k = PyLong_FromDouble(kf)
-            reset = (kf + 1.0) * p - now
-            if used + cf <= self.fits:
-                used += cf
-                data[key] = (k, used)
-                if old is None:
-                    self.inserted(now)
-                left = n - used
-                return rk_decision(DECISION, True, remaining_of(left), FZERO, reset, FZERO,
-                                   self.limit)
-            if old is not None:
-                data[key] = old
+        if old is not None:
+            sk = (<tuple>old)[0]
+            if sk >= kf:  # same window, or the clock went back into an earlier one
+                k = sk
+                kf = <double>sk
+                used = <double>(<tuple>old)[1]
+        if k is None:
+            k = PyLong_FromDouble(kf)
+        reset = (kf + 1.0) * p - now
+        if used + cf <= self.fits:
+            used += cf
+            self.new = (k, used)
             left = n - used
-            return rk_decision(DECISION, False, remaining_of(left), reset,
-                               reset if used else 0.0, FZERO, self.limit)
-        except BaseException:
-            if old is not None and key not in data:
-                data[key] = old
-            raise
+            return rk_decision(DECISION, True, remaining_of(left), FZERO, reset, FZERO,
+                               self.limit)
+        self.new = None
+        left = n - used
+        return rk_decision(DECISION, False, remaining_of(left), reset,
+                           reset if used else 0.0, FZERO, self.limit)
 
 
 cdef class _SlidingWindowCounter(_Hit):
     cdef double n, p
 
-    def __init__(self, t, limit, mutex, after_insert, hooks):
+    def __init__(self, t, limit, mutex, after_insert, hooks=None):
         _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
         self.n = limit.capacity
         self.p = limit.period
 
-    cdef object decide(self, key, double cf, object cost, object t):
+    cdef object step(self, object old, double cf, object cost, object t):
         # sliding_window_counter.decide with _roll and _estimate inline
         cdef double now, kf, prev = 0.0, curr = 0.0, elapsed, est, start, e, retry, reset
         cdef double n = self.n, p = self.p, skf
-        cdef dict data = self.data
-        if type(t) is not float:
-            return None
         now = <double>t
         kf = floor(now / p + EPS)
         if not -9e15 < kf < 9e15:
             return None
         k = None
-        old = data.pop(key, None)
-        try:
-            if old is None:
-                self.check_new(key)
-            else:
-                sk = (<tuple>old)[0]
-                skf = <double>sk
-                if kf == skf:
-                    k = sk
-                    prev = <double>(<tuple>old)[1]
-                    curr = <double>(<tuple>old)[2]
-                elif kf == skf + 1.0:
-                    prev = <double>(<tuple>old)[2]
-                elif kf < skf:  # clock went back into an earlier window: keep the stored one
-                    k = sk
-                    kf = skf
-                    prev = <double>(<tuple>old)[1]
-                    curr = <double>(<tuple>old)[2]
-            if k is None:
-                k = PyLong_FromDouble(kf)
-            elapsed = now - kf * p
-            if elapsed < 0:
-                elapsed = 0.0
-            est = prev * (p - elapsed) / p + curr
-            start = kf * p
-            if est + cf <= n + EPS:
-                curr += cf
-                reset = (start + 2.0 * p if curr else start + p) - now
-                data[key] = (k, prev, curr)
-                if old is None:
-                    self.inserted(now)
-                e = n - est - cf  # floor_remaining
-                return rk_decision(DECISION, True, PyLong_FromDouble(e + EPS) if e > 0 else ZERO,
-                                   FZERO, reset, FZERO, self.limit)
-            if old is not None:
-                data[key] = old
-            # a whole cost within the capacity: there is always a retry time
-            if curr + cf <= n:
-                e = p - (n - curr - cf) * p / prev
-                retry = start + e - now
-            else:
-                e = p - (n - cf) * p / curr
-                retry = start + p + e - now
-            if 0.0 > retry:
-                retry = 0.0
-            reset = (start + 2.0 * p if curr else start + p if prev else now) - now
-            e = n - est
-            return rk_decision(DECISION, False, PyLong_FromDouble(e + EPS) if e > 0 else ZERO,
-                               retry, reset, FZERO, self.limit)
-        except BaseException:
-            if old is not None and key not in data:
-                data[key] = old
-            raise
+        if old is not None:
+            sk = (<tuple>old)[0]
+            skf = <double>sk
+            if kf == skf:
+                k = sk
+                prev = <double>(<tuple>old)[1]
+                curr = <double>(<tuple>old)[2]
+            elif kf == skf + 1.0:
+                prev = <double>(<tuple>old)[2]
+            elif kf < skf:  # clock went back into an earlier window: keep the stored one
+                k = sk
+                kf = skf
+                prev = <double>(<tuple>old)[1]
+                curr = <double>(<tuple>old)[2]
+        if k is None:
+            k = PyLong_FromDouble(kf)
+        elapsed = now - kf * p
+        if elapsed < 0:
+            elapsed = 0.0
+        est = prev * (p - elapsed) / p + curr
+        start = kf * p
+        if est + cf <= n + EPS:
+            curr += cf
+            reset = (start + 2.0 * p if curr else start + p) - now
+            self.new = (k, prev, curr)
+            e = n - est - cf  # floor_remaining
+            return rk_decision(DECISION, True, PyLong_FromDouble(e + EPS) if e > 0 else ZERO,
+                               FZERO, reset, FZERO, self.limit)
+        self.new = None
+        # a whole cost within the capacity: there is always a retry time
+        if curr + cf <= n:
+            e = p - (n - curr - cf) * p / prev
+            retry = start + e - now
+        else:
+            e = p - (n - cf) * p / curr
+            retry = start + p + e - now
+        if 0.0 > retry:
+            retry = 0.0
+        reset = (start + 2.0 * p if curr else start + p if prev else now) - now
+        e = n - est
+        return rk_decision(DECISION, False, PyLong_FromDouble(e + EPS) if e > 0 else ZERO,
+                           retry, reset, FZERO, self.limit)
 
 
 cdef class _LeakyBucket(_Hit):
     cdef long long rate, burst, threshold
 
-    def __init__(self, t, limit, mutex, after_insert, hooks):
+    def __init__(self, t, limit, mutex, after_insert, hooks=None):
         _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
         rate, burst, threshold = _leaky_params(limit)
         if rate > SAFE or burst > SAFE * 1000:
@@ -486,142 +462,162 @@ cdef class _LeakyBucket(_Hit):
         else:
             self.rate, self.burst, self.threshold = rate, burst, threshold
 
-    cdef object decide(self, key, double cf, object cost, object t):
+    cdef object step(self, object old, double cf, object cost, object t):
         # leaky_bucket.decide: nginx's integer arithmetic in milli-requests and milliseconds
         cdef long long now_ms, excess0 = 0, last = 0, ms, level, stamp, excess, remaining
         cdef long long rate = self.rate, burst = self.burst, threshold = self.threshold
         cdef long long c = <long long>cf  # whole, at most the capacity (round(cost) is c)
         cdef double now, x, delay, reset
-        cdef dict data = self.data
-        if type(t) is not float:
-            return None
         now = <double>t
         x = now * 1000
         if not -4e15 < x < 4e15:  # round(now * 1000) beyond exact float integers
             return None
         now_ms = <long long>rint(x)  # round half to even, as Python's round()
-        old = data.pop(key, None)
-        try:
-            if old is None:
-                self.check_new(key)
-                level, stamp = -1000, now_ms
+        if old is None:
+            level, stamp = -1000, now_ms
+        else:
+            excess0 = (<tuple>old)[0]
+            last = (<tuple>old)[1]
+            ms = now_ms - last
+            if ms < -60000:
+                ms = 1
+            elif ms < 0:
+                ms = 0
+            if ms > SAFE or not -SAFE * 1000 < excess0 < SAFE * 1000:
+                return None  # rate * ms could overflow 64 bits: Python's ints decide
+            level = excess0 - rk_floordiv(rate * ms, 1000)
+            if level < -1000:
+                level = -1000
+            stamp = now_ms if ms else last
+        excess = level + c * 1000
+        if excess < 0:
+            excess = 0
+        if excess <= burst:
+            if excess <= threshold:
+                delay = 0.0
             else:
-                excess0 = (<tuple>old)[0]
-                last = (<tuple>old)[1]
-                ms = now_ms - last
-                if ms < -60000:
-                    ms = 1
-                elif ms < 0:
-                    ms = 0
-                if ms > SAFE or not -SAFE * 1000 < excess0 < SAFE * 1000:
-                    data[key] = old  # rate * ms could overflow 64 bits: Python's ints decide
-                    return None
-                level = excess0 - rk_floordiv(rate * ms, 1000)
-                if level < -1000:
-                    level = -1000
-                stamp = now_ms if ms else last
-            excess = level + c * 1000
-            if excess < 0:
-                excess = 0
-            if excess <= burst:
-                if excess <= threshold:
-                    delay = 0.0
-                else:
-                    delay = <double>rk_floordiv((excess - threshold) * 1000, rate) / 1000.0
-                reset = <double>(stamp - rk_floordiv(-(excess + 1000) * 1000, rate)) / 1000.0 - now
-                data[key] = (excess, stamp)
-                if old is None:
-                    self.inserted(now)
-                return rk_decision(DECISION, True, rk_floordiv(burst - excess, 1000), FZERO,
-                                   reset, delay, self.limit)
-            if old is not None:
-                data[key] = old
-            remaining = rk_floordiv(burst - level, 1000)
-            if remaining < 0:
-                remaining = 0
-            if old is None:
-                excess0, last = 0, now_ms
+                delay = <double>rk_floordiv((excess - threshold) * 1000, rate) / 1000.0
+            reset = <double>(stamp - rk_floordiv(-(excess + 1000) * 1000, rate)) / 1000.0 - now
+            self.new = (excess, stamp)
+            return rk_decision(DECISION, True, rk_floordiv(burst - excess, 1000), FZERO,
+                               reset, delay, self.limit)
+        self.new = None
+        remaining = rk_floordiv(burst - level, 1000)
+        if remaining < 0:
+            remaining = 0
+        if old is None:
+            excess0, last = 0, now_ms
+            reset = 0.0
+        else:
+            reset = <double>(last - rk_floordiv(-(excess0 + 1000) * 1000, rate)) / 1000.0 - now
+            if not reset > 0.0:
                 reset = 0.0
-            else:
-                reset = <double>(last - rk_floordiv(-(excess0 + 1000) * 1000, rate)) / 1000.0 - now
-                if not reset > 0.0:
-                    reset = 0.0
-            if c * 1000 - 1000 > burst:
-                retry = None  # even an idle bucket cannot take this cost
-            else:
-                x = <double>(last - rk_floordiv(-(excess0 + c * 1000 - burst) * 1000, rate)
-                             - now_ms) / 1000.0
-                retry = x if x > 0.0 else 0.0
-            return rk_decision(DECISION, False, remaining, retry, reset, FZERO, self.limit)
-        except BaseException:
-            if old is not None and key not in data:
-                data[key] = old
-            raise
+        if c * 1000 - 1000 > burst:
+            retry = None  # even an idle bucket cannot take this cost
+        else:
+            x = <double>(last - rk_floordiv(-(excess0 + c * 1000 - burst) * 1000, rate)
+                         - now_ms) / 1000.0
+            retry = x if x > 0.0 else 0.0
+        return rk_decision(DECISION, False, remaining, retry, reset, FZERO, self.limit)
 
 
 cdef class _SlidingWindowLog(_Hit):
     cdef double n, p
 
-    def __init__(self, t, limit, mutex, after_insert, hooks):
+    def __init__(self, t, limit, mutex, after_insert, hooks=None):
         _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
         self.n = limit.capacity
         self.p = limit.period
 
-    cdef object decide(self, key, double cf, object cost, object t):
+    cdef object step(self, object old, double cf, object cost, object t):
         # sliding_window_log.decide with _live inline. Entries are (ts, cost) tuples; a log
         # holding anything but float instants and whole costs (a fractional cost from the
         # general path, an int clock's instants) is left to the general path.
         cdef double now, freed, used = 0.0, n = self.n, p = self.p, x
         cdef Py_ssize_t size = 0, start = 0, i
-        cdef dict data = self.data
-        if type(t) is not float:
-            return None
         now = <double>t
-        old = data.pop(key, None)
-        try:
-            if old is None:
-                self.check_new(key)
-                log = EMPTY
+        if old is None:
+            log = EMPTY
+        else:
+            log = <tuple>old
+            size = len(log)
+            # (cutoff: ts + P <= now, within TIME_EPS, is expired)
+            if rk_log_scan(log, now - p + TIME_EPS, &start, &used):
+                return None
+        live = size - start
+        if used + cf <= n + EPS:
+            if live and <double>(<tuple>log[size - 1])[0] >= now:
+                # same instant, or a clock behind the newest entry: add to that entry
+                last = <tuple>log[size - 1]
+                new = rk_log_append(log, start, live - 1, (last[0], last[1] + cost))
             else:
-                log = <tuple>old
-                size = len(log)
-                # (cutoff: ts + P <= now, within TIME_EPS, is expired)
-                if rk_log_scan(log, now - p + TIME_EPS, &start, &used):
-                    data[key] = old
-                    return None
-            live = size - start
-            if used + cf <= n + EPS:
-                if live and <double>(<tuple>log[size - 1])[0] >= now:
-                    # same instant, or a clock behind the newest entry: add to that entry
-                    last = <tuple>log[size - 1]
-                    new = rk_log_append(log, start, live - 1, (last[0], last[1] + cost))
-                else:
-                    new = rk_log_append(log, start, live, (t, cost))
-                data[key] = new
-                if old is None:
-                    self.inserted(now)
-                x = n - used - cf  # floor_remaining
-                return rk_decision(DECISION, True, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
-                                   FZERO, <double>(<tuple>new[len(new) - 1])[0] + p - now,
-                                   FZERO, self.limit)
-            if old is not None:
-                data[key] = old
-            retry = None
-            freed = 0.0
-            for i in range(start, size):
-                entry = <tuple>log[i]
-                freed += <double>entry[1]
-                if used - freed + cf <= n + EPS:
-                    retry = <double>entry[0] + p - now
-                    break
-            x = n - used
-            return rk_decision(DECISION, False, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
-                               retry, <double>(<tuple>log[size - 1])[0] + p - now if live else 0.0,
+                new = rk_log_append(log, start, live, (t, cost))
+            self.new = new
+            x = n - used - cf  # floor_remaining
+            return rk_decision(DECISION, True, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
+                               FZERO, <double>(<tuple>new[len(new) - 1])[0] + p - now,
                                FZERO, self.limit)
-        except BaseException:
-            if old is not None and key not in data:
-                data[key] = old
-            raise
+        self.new = None
+        retry = None
+        freed = 0.0
+        for i in range(start, size):
+            entry = <tuple>log[i]
+            freed += <double>entry[1]
+            if used - freed + cf <= n + EPS:
+                retry = <double>entry[0] + p - now
+                break
+        x = n - used
+        return rk_decision(DECISION, False, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
+                           retry, <double>(<tuple>log[size - 1])[0] + p - now if live else 0.0,
+                           FZERO, self.limit)
+
+
+def decide_all(list hits, checks, now):
+    """`MemoryStore._decide` for charged checks, all-or-nothing: ``hits[i]`` is the bound
+    object (from `AT`) of ``checks[i]``'s limit, all on one store. The per-check decisions,
+    or None: the general path decides (nothing was changed)."""
+    cdef Py_ssize_t n = len(checks), i
+    cdef _Hit h
+    cdef double cf
+    cdef bint allowed = True
+    cdef list olds = [], news = [], decisions = []
+    if type(now) is not float or n == 0 or len(hits) != n:
+        return None
+    tokens = (<_Hit>hits[0]).tokens
+    if len(tokens):
+        tokens.pop()
+    else:
+        (<_Hit>hits[0]).wait()
+    try:
+        for i in range(n):  # every decision on the states as they are
+            h = <_Hit>hits[i]
+            check = <tuple>checks[i]
+            key, cost = check[1], check[2]
+            cf = h.cost_of(key, cost)
+            if cf < 0:
+                return None
+            old = h.data.get(key)
+            d = h.step(old, cf, cost, now)
+            if d is None:
+                return None
+            olds.append(old)
+            news.append(h.new)
+            decisions.append(d)
+            if (<tuple>d)[0] is not True:
+                allowed = False
+        for i in range(n):  # then charged all, or none (a rejection refreshes recency too)
+            h = <_Hit>hits[i]
+            key = (<tuple>checks[i])[1]
+            old = h.data.pop(key, None)
+            if allowed:
+                h.data[key] = news[i]
+                if old is None:
+                    h.inserted(<double>now)
+            elif old is not None:
+                h.data[key] = old
+        return decisions
+    finally:
+        tokens.append(True)
 
 
 def _gcra(t, limit, mutex, after_insert, hooks):
@@ -658,18 +654,14 @@ HOT = {
     "sliding-window-log": _sliding_window_log,
 }
 
-#: algorithm name -> ``(t, limit, mutex, after_insert) -> at(key, cost, now)``, the same
-#: decisions at a caller's own clock reading (`MemoryStore.decide_one`).
+#: algorithm name -> ``(t, limit, mutex, after_insert) -> bound object``, whose ``at(key, cost,
+#: now)`` decides at a caller's own clock reading (`MemoryStore.decide_one`) and which
+#: `decide_all` takes for several checks.
 AT = {
-    "gcra": lambda t, limit, mutex, after_insert: _Gcra(t, limit, mutex, after_insert, None).at,
-    "token-bucket": lambda t, limit, mutex, after_insert: _TokenBucket(
-        t, limit, mutex, after_insert, None).at,
-    "fixed-window": lambda t, limit, mutex, after_insert: _FixedWindow(
-        t, limit, mutex, after_insert, None).at,
-    "sliding-window-counter": lambda t, limit, mutex, after_insert: _SlidingWindowCounter(
-        t, limit, mutex, after_insert, None).at,
-    "leaky-bucket": lambda t, limit, mutex, after_insert: _LeakyBucket(
-        t, limit, mutex, after_insert, None).at,
-    "sliding-window-log": lambda t, limit, mutex, after_insert: _SlidingWindowLog(
-        t, limit, mutex, after_insert, None).at,
+    "gcra": _Gcra,
+    "token-bucket": _TokenBucket,
+    "fixed-window": _FixedWindow,
+    "sliding-window-counter": _SlidingWindowCounter,
+    "leaky-bucket": _LeakyBucket,
+    "sliding-window-log": _SlidingWindowLog,
 }

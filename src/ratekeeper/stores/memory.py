@@ -148,7 +148,7 @@ class MemoryStore:
         # algorithm gets a table of its own (the old state means nothing to the new algorithm),
         # while limiters still holding the old limit keep working on theirs.
         self._tables: dict[tuple[str, str], _Table] = {}
-        self._at: dict[int, tuple[Limit, _memory_hot.At | None]] = {}
+        self._at: dict[int, tuple[Limit, _memory_hot.Bound | None]] = {}
         self._lock = _Mutex()
         self.evicted = 0  # keys dropped before they had recovered (see module docstring)
         self.expired = 0  # recovered keys dropped
@@ -268,12 +268,12 @@ class MemoryStore:
         if bound is None or bound[0] is not limit:
             bound = self._bind_at(limit)
         if bound[1] is not None:
-            d = bound[1](key, cost, now)
+            d = bound[1].at(key, cost, now)
             if d is not None:
                 return d
         return self._decide(((limit, key, cost),), now, True)[0][0]
 
-    def _bind_at(self, limit: Limit) -> tuple[Limit, _memory_hot.At | None]:
+    def _bind_at(self, limit: Limit) -> tuple[Limit, _memory_hot.Bound | None]:
         build = _memory_hot.AT.get(limit.algorithm)
         at = None if build is None else build(self._table(limit), limit, self._lock,
                                               self._after_insert)
@@ -354,9 +354,24 @@ class MemoryStore:
     def decide(
         self, checks: Sequence[Check], now: float, consume: bool = True
     ) -> tuple[list[Decision], float]:
-        if consume and len(checks) == 1:  # one charged check: `decide_one`'s fast path
-            limit, key, cost = checks[0]
-            return [self.decide_one(limit, key, cost, now)], now
+        if consume:
+            if len(checks) == 1:  # one charged check: `decide_one`'s fast path
+                limit, key, cost = checks[0]
+                return [self.decide_one(limit, key, cost, now)], now
+            decide_all = _memory_hot.DECIDE_ALL
+            if decide_all is not None:  # several: the compiled all-or-nothing call
+                at, bound = self._at, []
+                for limit, _, _ in checks:
+                    b = at.get(id(limit))
+                    if b is None or b[0] is not limit:
+                        b = self._bind_at(limit)
+                    if b[1] is None:
+                        break
+                    bound.append(b[1])
+                else:
+                    decisions = decide_all(bound, checks, now)
+                    if decisions is not None:
+                        return decisions, now
         return self._decide(checks, now, consume)
 
     def _decide(
