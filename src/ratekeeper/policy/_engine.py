@@ -56,6 +56,8 @@ from ._model import Policies
 from ._rules import DescriptorRequest, Override, PolicyLimit, Rule, drop_replaced
 from ._stats import NullStats, Stats
 
+_new = tuple.__new__  # a NamedTuple from its fields in order, without keyword parsing
+
 __all__ = [
     "MAX_DESCRIPTORS",
     "MAX_ENTRIES",
@@ -276,6 +278,8 @@ class Engine:
                            tuple[Policies, tuple[list[Check], tuple[Limit, ...]]]] = {}
         #: `plan`'s checks before the store calls, by (snapshot, domain, hits, descriptors).
         self._plans: dict[tuple[object, ...], tuple[Policies, _Prepared]] = {}
+        # id(rule) -> (rule, the limits a check of it consults, by name: RateLimit-Policy)
+        self._consulted: dict[int, tuple[Rule, tuple[Limit, ...]]] = {}
 
     def __repr__(self) -> str:
         return f"Engine(store={self.store!r}, policies={self._policies().summary()})"
@@ -577,30 +581,29 @@ class Engine:
             self.failure.set_share(settings.fallback_share)
         decisions, degraded, ticket = yield from self._decide(
             list(enforced.values()), now, settings.failure)
-        if len(plan_keys) == 1:
-            merged = decisions[0]
-        else:
+        if len(decisions) == len(plan_keys):  # enforced holds plan_keys, in their order
+            merged = merge_decisions(decisions)
+        else:  # a key twice in the rule: charged once, with both costs
             results = dict(zip(enforced.keys(), decisions, strict=True))
             merged = merge_decisions([results[k] for k in plan_keys])
-        limits = rule.limit_objs
+        got = self._consulted.get(id(rule))
+        if got is None or got[0] is not rule:
+            consulted: dict[str, Limit] = {}
+            for lim in rule.limit_objs:
+                consulted.setdefault(lim.name, lim)
+            if len(self._consulted) >= SIMPLE_CACHE_SIZE:
+                self._consulted.clear()
+            got = self._consulted[id(rule)] = (rule, tuple(consulted.values()))
         outcome: Outcome = "allowed" if merged.allowed else "rejected"
-        consulted: dict[str, Limit] = {}
-        for lim in limits:
-            consulted.setdefault(lim.name, lim)
         self.stats.decision(domain, rule.name,
                             merged.limit.name if merged.limit is not None else "", outcome)
-        return CheckResult(
-            domain=domain,
-            allowed=merged.allowed,
-            decision=merged,
-            failure=(rule.failure or settings.failure) if merged.degraded else settings.failure,
-            statuses=(DescriptorStatus(outcome, rule, merged, limits),),
-            policies=tuple(consulted.values()),
-            degraded=degraded,
-            legacy_headers=settings.legacy_headers,
-            generation=snap.generation,
-            ticket=ticket,
-        )
+        # Built as tuples (both are NamedTuples), in their fields' order: keywords cost more.
+        return _new(CheckResult, (
+            domain, merged.allowed, merged,
+            (_new(DescriptorStatus, (outcome, rule, merged, rule.limit_objs)),),
+            got[1], degraded, settings.legacy_headers, snap.generation, True,
+            (rule.failure or settings.failure) if merged.degraded else settings.failure,
+            ticket))
 
     def _decide(self, checks: list[Check], now: float, policy: FailurePolicy, *,
                 consume: bool = True, policies: Sequence[FailurePolicy] | None = None
