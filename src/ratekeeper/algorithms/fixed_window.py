@@ -21,6 +21,7 @@ from ._common import (
     EPS,
     Algorithm,
     LimitRules,
+    MemoryForm,
     RedisCodec,
     floor_remaining,
     hash_fields,
@@ -112,8 +113,26 @@ def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float
     return floor_remaining(n - used), None if cost > n else reset, reset if used else 0.0
 
 
+# -- MemoryStore's compact form -----------------------------------------------------------------
+
+
+def pack(state: State) -> complex | State:
+    """(k, used) as one complex (k, a whole number below 2**53, is exact as a float)."""
+    k, used = state
+    return complex(k, used) if -_EXACT < k < _EXACT else state
+
+
+def unpack(p: complex | State) -> State:
+    if isinstance(p, complex):
+        return int(p.real), p.imag
+    return p
+
+
+_EXACT = 2**53
+
+
 ALGORITHM = Algorithm("fixed-window", decide, refund, ttl, LimitRules(
     "at most N per window [kP, (k+1)P)",
     window_params), RedisCodec(
     id=4, tag="fw", script="fixed_window.lua", params=lua_params, from_redis=from_redis,
-    fast_script="one_fixed_window.lua", fast_reject=fast_reject))
+    fast_script="one_fixed_window.lua", fast_reject=fast_reject), memory=MemoryForm(pack, unpack))

@@ -37,7 +37,7 @@ from typing import Any
 from .._errors import InvalidLimit
 from .._rates import Rate
 from .._types import Decision, Limit, check_number
-from ._common import EPS, Algorithm, LimitRules, RedisCodec, hash_fields, new_decision
+from ._common import EPS, Algorithm, LimitRules, MemoryForm, RedisCodec, hash_fields, new_decision
 
 __all__ = ["ALGORITHM", "decide", "limit_params", "params", "refund", "ttl"]
 
@@ -206,8 +206,27 @@ def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float
     return d.remaining, d.retry_after, d.reset_after
 
 
+# -- MemoryStore's compact form -----------------------------------------------------------------
+
+
+def pack(state: State) -> complex | State:
+    """(excess, stamp), two integers, as one complex (exact below 2**53)."""
+    excess, stamp = state
+    return complex(excess, stamp) if -_EXACT < excess < _EXACT and -_EXACT < stamp < _EXACT \
+        else state
+
+
+def unpack(p: complex | State) -> State:
+    if isinstance(p, complex):
+        return int(p.real), int(p.imag)
+    return p
+
+
+_EXACT = 2**53
+
+
 ALGORITHM = Algorithm("leaky-bucket", decide, refund, ttl, LimitRules(
     "nginx limit_req: burst, nodelay, delay=D; can answer 'admit after a delay'",
     limit_params, whole_costs=True), RedisCodec(
     id=3, tag="lb", script="leaky_bucket.lua", params=lua_params, from_redis=from_redis,
-    fast_script="one_leaky_bucket.lua", fast_reject=fast_reject))
+    fast_script="one_leaky_bucket.lua", fast_reject=fast_reject), memory=MemoryForm(pack, unpack))

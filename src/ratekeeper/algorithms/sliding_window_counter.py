@@ -17,6 +17,7 @@ worst at the start of the window after that (where the estimate is 0).
 from __future__ import annotations
 
 import math
+import struct
 from typing import Any
 
 from .._types import Decision, Limit
@@ -24,6 +25,7 @@ from ._common import (
     EPS,
     Algorithm,
     LimitRules,
+    MemoryForm,
     RedisCodec,
     floor_remaining,
     hash_fields,
@@ -153,9 +155,27 @@ def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float
     return floor_remaining(n - est), retry, reset
 
 
+# -- MemoryStore's compact form -----------------------------------------------------------------
+
+_PACKED = struct.Struct("<qdd")  # k, prev, curr: one 24-byte bytes object (57 bytes in all)
+
+
+def pack(state: State) -> bytes | State:
+    """(k, prev, curr) as 24 bytes, instead of a tuple of three numbers (140 bytes)."""
+    k = state[0]
+    return _PACKED.pack(*state) if -2**63 <= k < 2**63 else state
+
+
+def unpack(p: bytes | State) -> State:
+    if isinstance(p, bytes):
+        k, prev, curr = _PACKED.unpack(p)
+        return k, prev, curr
+    return p
+
+
 ALGORITHM = Algorithm("sliding-window-counter", decide, refund, ttl, LimitRules(
     "Cloudflare's estimate prev*(P-elapsed)/P + curr <= N",
     window_params), RedisCodec(
     id=6, tag="swc", script="sliding_window_counter.lua", params=lua_params,
     from_redis=from_redis, fast_script="one_sliding_window_counter.lua",
-    fast_reject=fast_reject))
+    fast_reject=fast_reject), memory=MemoryForm(pack, unpack))

@@ -23,6 +23,7 @@ from ._common import (
     TIME_EPS,
     Algorithm,
     LimitRules,
+    MemoryForm,
     RedisCodec,
     floor_remaining,
     lua_float,
@@ -121,8 +122,26 @@ def from_redis(kind: str, value: Any) -> State:
     return tuple(entries)
 
 
+# -- MemoryStore's compact form -----------------------------------------------------------------
+
+
+def pack(state: State) -> complex | tuple[complex, ...]:
+    """Each (ts, cost) entry as one complex (32 bytes instead of 80); a log of one entry,
+    the usual case, as that complex alone. Costs are whole (`whole_costs`): they come back
+    as floats of the same value."""
+    if len(state) == 1:
+        return complex(state[0][0], state[0][1])
+    return tuple([complex(ts, c) for ts, c in state])
+
+
+def unpack(p: complex | tuple[complex, ...]) -> State:
+    if isinstance(p, complex):
+        return ((p.real, p.imag),)
+    return tuple([(e.real, e.imag) for e in p])
+
+
 ALGORITHM = Algorithm("sliding-window-log", decide, refund, ttl, LimitRules(
     "at most N in any window (t-P, t]; logs admitted requests only",
     window_params, whole_costs=True), RedisCodec(
     id=5, tag="swl", script="sliding_window_log.lua", params=lua_params,
-    from_redis=from_redis))
+    from_redis=from_redis), memory=MemoryForm(pack, unpack))

@@ -34,6 +34,7 @@ from ._common import (
     NS_TOLERANCE,
     Algorithm,
     LimitRules,
+    MemoryForm,
     RedisCodec,
     bucket_params,
     hash_fields,
@@ -155,8 +156,21 @@ def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float
     return rem, retry, behind + (b - tokens) / r
 
 
+# -- MemoryStore's compact form -----------------------------------------------------------------
+
+
+def pack(state: State) -> complex:
+    """(tokens, last) as one complex: 32 bytes instead of a tuple's 104."""
+    return complex(state[0], state[1])
+
+
+def unpack(p: complex) -> State:
+    return p.real, p.imag
+
+
 ALGORITHM = Algorithm("token-bucket", decide, refund, ttl, LimitRules(
     "Go golang.org/x/time/rate AllowN: capacity `burst`, continuous refill",
     bucket_params), RedisCodec(
     id=1, tag="tb", script="token_bucket.lua", params=lua_params, from_redis=from_redis,
-    fast_script="one_token_bucket.lua", fast_reset=fast_reset, fast_reject=fast_reject))
+    fast_script="one_token_bucket.lua", fast_reset=fast_reset, fast_reject=fast_reject),
+    memory=MemoryForm(pack, unpack))

@@ -12,8 +12,9 @@ The rules every builder follows:
   str key and a whole cost from 1 to the limit's capacity (everything else goes to
   ``hooks.slow``, the general path, which calls the pure function). Equal results on random
   traces, bit for bit, are tested in tests/unit/test_memory_hot.py.
-* State is kept exactly as the pure function's (the store's other paths, refunds, expiry and
-  `MemoryStore.state`, read it), popped and re-inserted so the table stays in LRU order.
+* State is kept as the store keeps it (the algorithm's compact `MemoryForm`, which the
+  store's other paths, refunds, expiry and `MemoryStore.state`, unpack), popped and
+  re-inserted so the table stays in LRU order.
 * A key is checked only when it is about to be inserted; a state popped is put back whatever
   goes wrong before the decision is stored.
 """
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .._types import Decision, Limit
+from ..algorithms import fixed_window
 from ..algorithms._common import EPS, FLOAT_DRIFT, NS_TOLERANCE, new_decision
 from ._base import Check, HitHooks
 
@@ -127,7 +129,7 @@ def _token_bucket(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any,
                     check_key(key)
                     tokens = b
                 else:
-                    tokens, last = old
+                    tokens, last = old.real, old.imag  # its compact form (token_bucket.pack)
                     if now >= last:
                         tokens += (now - last) * r
                         if tokens > b:
@@ -137,7 +139,7 @@ def _token_bucket(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any,
                 left = tokens - cost
                 if left >= 0.0 or -left / r < NS_TOLERANCE + min(2.0 * abs(now) * FLOAT_DRIFT,
                                                                   quarter):
-                    data[key] = (left, now)
+                    data[key] = complex(left, now)
                     if old is None:
                         after_insert(t, now)
                     return new(decision, (True, (left + EPS).__trunc__() if left > 0.0 else 0, 0.0,
@@ -160,6 +162,7 @@ def _fixed_window(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any,
                   hooks: HitHooks) -> Hit:
     n, p = limit.capacity, limit.period
     most = math.floor(n)
+    pack, unpack = fixed_window.pack, fixed_window.unpack  # MemoryStore's compact form
     fits = n + EPS
     floor = math.floor
     data = t.data
@@ -183,13 +186,13 @@ def _fixed_window(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any,
                 if old is None:
                     check_key(key)
                 else:
-                    sk, sused = old
+                    sk, sused = unpack(old)
                     if sk >= k:  # same window, or the clock went back into an earlier one
                         k, used = sk, sused
                 reset = (k + 1) * p - now
                 if used + cost <= fits:
                     used += cost
-                    data[key] = (k, used)
+                    data[key] = pack((k, used))
                     if old is None:
                         after_insert(t, now)
                     left = n - used

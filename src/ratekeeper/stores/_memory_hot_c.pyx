@@ -19,10 +19,13 @@ without method calls. The lock stays: the clock is a Python call and an allocati
 the garbage collector, so a decision is not atomic under the GIL.
 """
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.complex cimport PyComplex_FromDoubles
 from cpython.long cimport PyLong_FromDouble
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from libc.math cimport fabs, floor, rint
+from libc.string cimport memcpy
 
 from .._types import Decision as _DecisionType
 from ..algorithms._common import (
@@ -57,14 +60,18 @@ cdef extern from *:
         if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
         return q;
     }
-    /* state[start:start + keep] + (last,): a sliding log's new state, reusing its entries
-       as `(*log, entry)` does. */
-    static PyObject *rk_log_append(PyObject *state, Py_ssize_t start, Py_ssize_t keep,
+    /* A sliding log's new state in its compact form (sliding_window_log.pack): the entries
+       log[start:start + keep] and `last`, each a complex (ts, cost); one entry alone. */
+    static PyObject *rk_log_append(PyObject *log, Py_ssize_t start, Py_ssize_t keep,
                                    PyObject *last) {
+        if (keep == 0) {
+            Py_INCREF(last);
+            return last;
+        }
         PyObject *t = PyTuple_New(keep + 1);
         if (t == NULL) return NULL;
         for (Py_ssize_t i = 0; i < keep; i++) {
-            PyObject *o = PyTuple_GET_ITEM(state, start + i);
+            PyObject *o = PyTuple_GET_ITEM(log, start + i);
             Py_INCREF(o);
             PyTuple_SET_ITEM(t, i, o);
         }
@@ -72,38 +79,23 @@ cdef extern from *:
         PyTuple_SET_ITEM(t, keep, last);
         return t;
     }
-    /* A sliding log's scan (sliding_window_log._live and the sum of its costs): the index of
-       the first live entry (ts > cutoff) in *start, the sum of the live costs in *used. 0 on
-       success; 1 when an entry is not a (float, whole int or float) pair or the sum passes
-       2**53: the general path decides those. Whole numbers below 2**53 add up exactly in
-       any order, so the sum is sum()'s on every Python (3.12 compensates float sums). */
-    static PyObject *rk_one = NULL;  /* the int 1, set at import */
+    /* A sliding log's scan (sliding_window_log._live and the sum of its costs) over its
+       compact form, a tuple of complex (ts, cost) entries: the index of the first live entry
+       (ts > cutoff) in *start, the sum of the live costs in *used. 0 on success; 1 when an
+       entry is not a complex with a whole cost or the sum passes 2**53: the general path
+       decides those. Whole numbers below 2**53 add up exactly in any order, so the sum is
+       sum()'s on every Python (3.12 compensates float sums). */
     static int rk_log_scan(PyObject *log, double cutoff, Py_ssize_t *start, double *used) {
         Py_ssize_t size = PyTuple_GET_SIZE(log), i;
         double sum = 0.0, c;
-        long long v;
-        int overflow = 0;
         *start = size;
         for (i = 0; i < size; i++) {
-            PyObject *e = PyTuple_GET_ITEM(log, i), *ts, *co;
-            if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 2) return 1;
-            ts = PyTuple_GET_ITEM(e, 0);
-            co = PyTuple_GET_ITEM(e, 1);
-            if (!PyFloat_CheckExact(ts)) return 1;
-            if (co == rk_one) {
-                c = 1.0;  /* the usual cost: the small-int singleton, no conversion */
-            } else if (PyLong_CheckExact(co)) {
-                v = PyLong_AsLongLongAndOverflow(co, &overflow);
-                if (overflow || v < 0 || v > (1LL << 53)) return 1;
-                c = (double)v;
-            } else if (PyFloat_CheckExact(co)) {
-                c = PyFloat_AS_DOUBLE(co);
-                if (!(c >= 0.0 && c <= 9007199254740992.0 && c == floor(c))) return 1;
-            } else {
-                return 1;
-            }
+            PyObject *e = PyTuple_GET_ITEM(log, i);
+            if (!PyComplex_CheckExact(e)) return 1;
+            c = ((PyComplexObject *)e)->cval.imag;
+            if (!(c >= 0.0 && c <= 9007199254740992.0 && c == floor(c))) return 1;
             if (*start == size) {
-                if (PyFloat_AS_DOUBLE(ts) <= cutoff) continue;
+                if (((PyComplexObject *)e)->cval.real <= cutoff) continue;
                 *start = i;
             }
             sum += c;
@@ -112,6 +104,13 @@ cdef extern from *:
         *used = sum;
         return 0;
     }
+    /* sliding_window_counter.pack's struct "<qdd" is these bytes in memory on a little-endian
+       machine (elsewhere its states go to the general path). */
+    #if PY_BIG_ENDIAN
+    #define RK_LITTLE_ENDIAN 0
+    #else
+    #define RK_LITTLE_ENDIAN 1
+    #endif
     #ifndef RK_SOURCE_SHA256
     #define RK_SOURCE_SHA256 ""
     #endif
@@ -119,10 +118,10 @@ cdef extern from *:
     object rk_decision(PyTypeObject *tp, object allowed, object remaining, object retry,
                        object reset, object delay, object limit)
     long long rk_floordiv(long long a, long long b)
-    object rk_log_append(object state, Py_ssize_t start, Py_ssize_t keep, object last)
+    object rk_log_append(object log, Py_ssize_t start, Py_ssize_t keep, object last)
     int rk_log_scan(object log, double cutoff, Py_ssize_t *start, double *used)
-    PyObject *rk_one
     const char *RK_SOURCE_SHA256
+    int RK_LITTLE_ENDIAN
 
 #: The sha256 of this file when it was compiled (the build hook defines it): a build older
 #: than its source is not used (`ratekeeper.stores.memory`).
@@ -134,8 +133,6 @@ cdef double NS_TOLERANCE = _NS_TOLERANCE
 cdef double FLOAT_DRIFT = _FLOAT_DRIFT
 cdef double TIME_EPS = _TIME_EPS
 cdef tuple EMPTY = ()
-cdef object ONE = 1
-rk_one = <PyObject *>ONE  # held by ONE for the module's life
 cdef object ZERO = 0
 cdef object FZERO = 0.0
 # Integers up to this magnitude are safe to multiply once more in 64 bits (leaky-bucket).
@@ -334,8 +331,10 @@ cdef class _TokenBucket(_Hit):
         if old is None:
             tokens = b
         else:
-            tokens = <double>(<tuple>old)[0]
-            last = <double>(<tuple>old)[1]
+            if type(old) is not complex:
+                return None
+            tokens = (<complex>old).real  # its compact form (token_bucket.pack)
+            last = (<complex>old).imag
             if now >= last:
                 tokens += (now - last) * r
                 if tokens > b:
@@ -345,7 +344,7 @@ cdef class _TokenBucket(_Hit):
         left = tokens - cf
         if left >= 0.0 or -left / r < NS_TOLERANCE + min_of(2.0 * fabs(now) * FLOAT_DRIFT,
                                                             self.quarter):
-            self.new = (left, t)
+            self.new = PyComplex_FromDoubles(left, now)
             return rk_decision(DECISION, True, remaining_of(left), FZERO,
                                (b - left) / r, FZERO, self.limit)
         self.new = None
@@ -368,19 +367,16 @@ cdef class _FixedWindow(_Hit):
         kf = floor(now / p + EPS)
         if not -9e15 < kf < 9e15:  # a window index beyond exact float integers
             return None
-        k = None  # the window index as the pure function keeps it (a Python int)
         if old is not None:
-            sk = (<tuple>old)[0]
-            if sk >= kf:  # same window, or the clock went back into an earlier one
-                k = sk
-                kf = <double>sk
-                used = <double>(<tuple>old)[1]
-        if k is None:
-            k = PyLong_FromDouble(kf)
+            if type(old) is not complex:  # (k, used) with k past 2**53 (fixed_window.pack)
+                return None
+            if (<complex>old).real >= kf:  # same window, or the clock went back into an earlier one
+                kf = (<complex>old).real
+                used = (<complex>old).imag
         reset = (kf + 1.0) * p - now
         if used + cf <= self.fits:
             used += cf
-            self.new = (k, used)
+            self.new = PyComplex_FromDoubles(kf, used)
             left = n - used
             return rk_decision(DECISION, True, remaining_of(left), FZERO, reset, FZERO,
                                self.limit)
@@ -401,28 +397,28 @@ cdef class _SlidingWindowCounter(_Hit):
     cdef object step(self, object old, double cf, object cost, object t):
         # sliding_window_counter.decide with _roll and _estimate inline
         cdef double now, kf, prev = 0.0, curr = 0.0, elapsed, est, start, e, retry, reset
-        cdef double n = self.n, p = self.p, skf
+        cdef double n = self.n, p = self.p, skf, sprev, scurr
+        cdef long long sk, k
+        cdef char packed[24]
         now = <double>t
         kf = floor(now / p + EPS)
         if not -9e15 < kf < 9e15:
             return None
-        k = None
         if old is not None:
-            sk = (<tuple>old)[0]
+            # its compact form, sliding_window_counter.pack: struct "<qdd" (k, prev, curr)
+            if type(old) is not bytes or PyBytes_GET_SIZE(old) != 24 or not RK_LITTLE_ENDIAN:
+                return None
+            memcpy(&sk, PyBytes_AS_STRING(old), 8)
+            memcpy(&sprev, PyBytes_AS_STRING(old) + 8, 8)
+            memcpy(&scurr, PyBytes_AS_STRING(old) + 16, 8)
             skf = <double>sk
             if kf == skf:
-                k = sk
-                prev = <double>(<tuple>old)[1]
-                curr = <double>(<tuple>old)[2]
+                prev, curr = sprev, scurr
             elif kf == skf + 1.0:
-                prev = <double>(<tuple>old)[2]
+                prev = scurr
             elif kf < skf:  # clock went back into an earlier window: keep the stored one
-                k = sk
                 kf = skf
-                prev = <double>(<tuple>old)[1]
-                curr = <double>(<tuple>old)[2]
-        if k is None:
-            k = PyLong_FromDouble(kf)
+                prev, curr = sprev, scurr
         elapsed = now - kf * p
         if elapsed < 0:
             elapsed = 0.0
@@ -431,7 +427,11 @@ cdef class _SlidingWindowCounter(_Hit):
         if est + cf <= n + EPS:
             curr += cf
             reset = (start + 2.0 * p if curr else start + p) - now
-            self.new = (k, prev, curr)
+            k = <long long>kf
+            memcpy(packed, &k, 8)
+            memcpy(packed + 8, &prev, 8)
+            memcpy(packed + 16, &curr, 8)
+            self.new = PyBytes_FromStringAndSize(packed, 24)
             e = n - est - cf  # floor_remaining
             return rk_decision(DECISION, True, PyLong_FromDouble(e + EPS) if e > 0 else ZERO,
                                FZERO, reset, FZERO, self.limit)
@@ -476,8 +476,10 @@ cdef class _LeakyBucket(_Hit):
         if old is None:
             level, stamp = -1000, now_ms
         else:
-            excess0 = (<tuple>old)[0]
-            last = (<tuple>old)[1]
+            if type(old) is not complex:  # numbers past 2**53 (leaky_bucket.pack)
+                return None
+            excess0 = <long long>(<complex>old).real  # its compact form: two whole numbers
+            last = <long long>(<complex>old).imag
             ms = now_ms - last
             if ms < -60000:
                 ms = 1
@@ -498,7 +500,7 @@ cdef class _LeakyBucket(_Hit):
             else:
                 delay = <double>rk_floordiv((excess - threshold) * 1000, rate) / 1000.0
             reset = <double>(stamp - rk_floordiv(-(excess + 1000) * 1000, rate)) / 1000.0 - now
-            self.new = (excess, stamp)
+            self.new = PyComplex_FromDoubles(<double>excess, <double>stamp)
             return rk_decision(DECISION, True, rk_floordiv(burst - excess, 1000), FZERO,
                                reset, delay, self.limit)
         self.new = None
@@ -530,45 +532,47 @@ cdef class _SlidingWindowLog(_Hit):
         self.p = limit.period
 
     cdef object step(self, object old, double cf, object cost, object t):
-        # sliding_window_log.decide with _live inline. Entries are (ts, cost) tuples; a log
-        # holding anything but float instants and whole costs (a fractional cost from the
-        # general path, an int clock's instants) is left to the general path.
-        cdef double now, freed, used = 0.0, n = self.n, p = self.p, x
+        # sliding_window_log.decide with _live inline, on its compact form (pack): a tuple
+        # of complex (ts, cost) entries, or one such complex alone. Anything else (an int
+        # clock's instants, a fractional cost from the general path) is the general path's.
+        cdef double now, freed, used = 0.0, n = self.n, p = self.p, x, ts
         cdef Py_ssize_t size = 0, start = 0, i
         now = <double>t
         if old is None:
             log = EMPTY
         else:
-            log = <tuple>old
+            log = (old,) if type(old) is complex else old
+            if type(log) is not tuple:
+                return None
             size = len(log)
             # (cutoff: ts + P <= now, within TIME_EPS, is expired)
             if rk_log_scan(log, now - p + TIME_EPS, &start, &used):
                 return None
         live = size - start
         if used + cf <= n + EPS:
-            if live and <double>(<tuple>log[size - 1])[0] >= now:
+            if live and (<complex>log[size - 1]).real >= now:
                 # same instant, or a clock behind the newest entry: add to that entry
-                last = <tuple>log[size - 1]
-                new = rk_log_append(log, start, live - 1, (last[0], last[1] + cost))
+                ts = (<complex>log[size - 1]).real
+                self.new = rk_log_append(log, start, live - 1, PyComplex_FromDoubles(
+                    ts, (<complex>log[size - 1]).imag + cf))
             else:
-                new = rk_log_append(log, start, live, (t, cost))
-            self.new = new
+                ts = now
+                self.new = rk_log_append(log, start, live, PyComplex_FromDoubles(now, cf))
             x = n - used - cf  # floor_remaining
             return rk_decision(DECISION, True, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
-                               FZERO, <double>(<tuple>new[len(new) - 1])[0] + p - now,
-                               FZERO, self.limit)
+                               FZERO, ts + p - now, FZERO, self.limit)
         self.new = None
         retry = None
         freed = 0.0
         for i in range(start, size):
-            entry = <tuple>log[i]
-            freed += <double>entry[1]
+            entry = <complex>log[i]
+            freed += entry.imag
             if used - freed + cf <= n + EPS:
-                retry = <double>entry[0] + p - now
+                retry = entry.real + p - now
                 break
         x = n - used
         return rk_decision(DECISION, False, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
-                           retry, <double>(<tuple>log[size - 1])[0] + p - now if live else 0.0,
+                           retry, (<complex>log[size - 1]).real + p - now if live else 0.0,
                            FZERO, self.limit)
 
 

@@ -108,18 +108,50 @@ class _Mutex:
 
 
 class _Table:
-    """State of one limit: key -> algorithm state, in least-recently-used-first order."""
+    """State of one limit: key -> algorithm state, in least-recently-used-first order.
 
-    __slots__ = ("data", "decide", "inserts", "limit", "refund", "ttl")
+    A state is kept in its algorithm's compact form (`MemoryForm`: one ``complex`` instead of
+    a tuple of two floats, 72 bytes less per key), and `decide`, `refund` and `ttl` here are
+    the pure functions on that form; `unpack` gives the algorithm's own state back."""
+
+    __slots__ = ("data", "decide", "inserts", "limit", "refund", "ttl", "unpack")
 
     def __init__(self, limit: Limit) -> None:
         algo = get_algorithm(limit.algorithm)
         self.limit = limit
-        self.decide = algo.decide
-        self.refund = algo.refund
-        self.ttl = algo.ttl
+        form = algo.memory
+        if form is None:
+            self.decide, self.refund, self.ttl = algo.decide, algo.refund, algo.ttl
+            self.unpack: Callable[[Any], Any] = _same
+        else:
+            self.decide, self.refund, self.ttl = _on_packed(algo.decide, algo.refund, algo.ttl,
+                                                            form.pack, form.unpack)
+            self.unpack = form.unpack
         self.data: dict[str, Any] = {}
         self.inserts = 0
+
+
+def _same(state: Any) -> Any:
+    return state
+
+
+def _on_packed(decide: Any, refund: Any, ttl: Any, pack: Callable[[Any], Any],
+               unpack: Callable[[Any], Any]) -> tuple[Any, Any, Any]:
+    """An algorithm's pure functions on states kept packed."""
+
+    def packed_decide(state: Any, now: float, cost: float, limit: Limit
+                      ) -> tuple[Any, Decision]:
+        new, d = decide(None if state is None else unpack(state), now, cost, limit)
+        return (None if new is None else pack(new)), d
+
+    def packed_refund(state: Any, now: float, cost: float, at: float, limit: Limit) -> Any:
+        new = refund(None if state is None else unpack(state), now, cost, at, limit)
+        return None if new is None else pack(new)
+
+    def packed_ttl(state: Any, now: float, limit: Limit) -> float:
+        return ttl(unpack(state), now, limit)  # type: ignore[no-any-return]
+
+    return packed_decide, packed_refund, packed_ttl
 
 
 class MemoryStore:
@@ -183,9 +215,11 @@ class MemoryStore:
         return len(t.data) if t else 0
 
     def state(self, limit: Limit, key: str) -> Any:
-        """The raw algorithm state of `key` (``None`` if absent), for inspection and tests."""
+        """The algorithm state of `key` (``None`` if absent), for inspection and tests (as
+        the algorithm's functions take it: unpacked from the store's compact form)."""
         t = self._tables.get((limit.name, limit.algorithm))
-        return None if t is None else t.data.get(key)
+        state = None if t is None else t.data.get(key)
+        return None if state is None else t.unpack(state)  # type: ignore[union-attr]
 
     # -- eviction and expiry (called with the lock held) -----------------------------
 
