@@ -51,6 +51,7 @@ from .._rates import Rate
 from .._types import Decision, Limit
 from ..core import FailurePolicy, merge_decisions
 from ..stores._base import AsyncStore, Check, Store
+from ..stores.memory import MemoryStore
 from ._keys import counter_key
 from ._model import Policies
 from ._rules import DescriptorRequest, Override, PolicyLimit, Rule, drop_replaced
@@ -278,6 +279,9 @@ class Engine:
                            tuple[Policies, tuple[list[Check], tuple[Limit, ...]]]] = {}
         #: `plan`'s checks before the store calls, by (snapshot, domain, hits, descriptors).
         self._plans: dict[tuple[object, ...], tuple[Policies, _Prepared]] = {}
+        # The exact MemoryStore (not a subclass, which may override its async methods alone)
+        # is driven with plain calls: the same answers, without a coroutine per store call.
+        self._awaits_nothing = type(store) is MemoryStore
         # id(rule) -> (rule, the limits a check of it consults, by name: RateLimit-Policy)
         self._consulted: dict[int, tuple[Rule, tuple[Limit, ...]]] = {}
 
@@ -292,6 +296,8 @@ class Engine:
                     hits: float = 1.0) -> CheckResult:
         """Decide one request on an asyncio store. Raises `UnknownDomain` /
         `InvalidRequest` on bad input."""
+        if self._awaits_nothing:  # MemoryStore's async methods only call its sync ones
+            return core.run(self.plan(self._policies(), domain, descriptors, hits))
         return await core.arun(self.plan(self._policies(), domain, descriptors, hits))
 
     def plan(self, snap: Policies, domain: str, descriptors: Sequence[DescriptorRequest],
