@@ -3,14 +3,16 @@
 """The memory store's hot path, compiled (optional: built at install time where a C
 compiler is there; `ratekeeper.stores.memory` falls back to `_memory_hot` without it).
 
-What it is: `MemoryStore.bind_hit` (and `decide_one`'s fast path) for every algorithm, each algorithm's pure ``decide`` (in
-`ratekeeper.algorithms`) written out in C types with the limit's numbers bound once. The pure
-functions stay the reference: each body below does the same IEEE double operations in the
-same order, Python's floor division and rounding where the pure function uses them, and
-hands anything outside its range (a cost that is not a whole number from 1 to the capacity, a
-key that is not a str, a clock that does not return a float, integers that could overflow
-64 bits) to the general path. Equal decisions and states, bit for bit, on random traces:
-tests/unit/test_memory_hot.py, for this module and the pure one.
+What it is: every algorithm's pure ``decide`` (in `ratekeeper.algorithms`) as a ``step`` in C
+types on the store's compact state (each algorithm's `MemoryForm`), with the limit's numbers
+bound once, and three drivers around it: `MemoryStore.bind_hit` (``hit``, the limiter's
+clock), `MemoryStore.decide_one` (``at``, a caller's clock) and several charged checks
+all-or-nothing (`decide_all`). The pure functions stay the reference: each step does the
+same IEEE double operations in the same order, Python's floor division and rounding where
+the pure function uses them, and hands anything outside its range (a cost that is not a
+whole number from 1 to the capacity, a key that is not a str, a clock that does not return
+a float, integers that could overflow 64 bits, a state in another form) to the general
+path. Equal decisions and states, bit for bit, on random traces: tests/unit/test_memory_hot.py.
 
 Where the time went in pure Python, and what replaces it here: the ``Decision`` (a tuple
 subclass built with ``tuple.__new__``: about 40 % of a decision) is allocated directly with
@@ -624,40 +626,6 @@ def decide_all(list hits, checks, now):
         tokens.append(True)
 
 
-def _gcra(t, limit, mutex, after_insert, hooks):
-    return _Gcra(t, limit, mutex, after_insert, hooks).hit
-
-
-def _token_bucket(t, limit, mutex, after_insert, hooks):
-    return _TokenBucket(t, limit, mutex, after_insert, hooks).hit
-
-
-def _fixed_window(t, limit, mutex, after_insert, hooks):
-    return _FixedWindow(t, limit, mutex, after_insert, hooks).hit
-
-
-def _sliding_window_counter(t, limit, mutex, after_insert, hooks):
-    return _SlidingWindowCounter(t, limit, mutex, after_insert, hooks).hit
-
-
-def _leaky_bucket(t, limit, mutex, after_insert, hooks):
-    return _LeakyBucket(t, limit, mutex, after_insert, hooks).hit
-
-
-def _sliding_window_log(t, limit, mutex, after_insert, hooks):
-    return _SlidingWindowLog(t, limit, mutex, after_insert, hooks).hit
-
-
-#: algorithm name -> the builder of its compiled `MemoryStore.bind_hit` (as `_memory_hot.HOT`).
-HOT = {
-    "gcra": _gcra,
-    "token-bucket": _token_bucket,
-    "fixed-window": _fixed_window,
-    "sliding-window-counter": _sliding_window_counter,
-    "leaky-bucket": _leaky_bucket,
-    "sliding-window-log": _sliding_window_log,
-}
-
 #: algorithm name -> ``(t, limit, mutex, after_insert) -> bound object``, whose ``at(key, cost,
 #: now)`` decides at a caller's own clock reading (`MemoryStore.decide_one`) and which
 #: `decide_all` takes for several checks.
@@ -669,3 +637,19 @@ AT = {
     "leaky-bucket": _LeakyBucket,
     "sliding-window-log": _SlidingWindowLog,
 }
+
+
+cdef class _HitBuilder:
+    """``(t, limit, mutex, after_insert, hooks) -> hit``: a `_memory_hot` builder."""
+
+    cdef object cls
+
+    def __init__(self, cls):
+        self.cls = cls
+
+    def __call__(self, t, limit, mutex, after_insert, hooks):
+        return self.cls(t, limit, mutex, after_insert, hooks).hit
+
+
+#: algorithm name -> the builder of its compiled `MemoryStore.bind_hit` (as `_memory_hot.HOT`).
+HOT = {name: _HitBuilder(cls) for name, cls in AT.items()}
