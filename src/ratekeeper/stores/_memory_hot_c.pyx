@@ -62,18 +62,21 @@ cdef extern from *:
         if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
         return q;
     }
-    /* A sliding log's new state in its compact form (sliding_window_log.pack): the entries
-       log[start:start + keep] and `last`, each a complex (ts, cost); one entry alone. */
-    static PyObject *rk_log_append(PyObject *log, Py_ssize_t start, Py_ssize_t keep,
+    /* state[start:start + keep] + (last,): a sliding log's new state, reusing its entries
+       as `(*log, entry)` does; a log of one entry in its compact form, one complex
+       (sliding_window_log.pack). */
+    static PyObject *rk_log_append(PyObject *state, Py_ssize_t start, Py_ssize_t keep,
                                    PyObject *last) {
         if (keep == 0) {
-            Py_INCREF(last);
-            return last;
+            double ts = PyFloat_AsDouble(PyTuple_GET_ITEM(last, 0));
+            double c = PyFloat_AsDouble(PyTuple_GET_ITEM(last, 1));  /* an int or a float */
+            if ((ts == -1.0 || c == -1.0) && PyErr_Occurred()) return NULL;
+            return PyComplex_FromDoubles(ts, c);
         }
         PyObject *t = PyTuple_New(keep + 1);
         if (t == NULL) return NULL;
         for (Py_ssize_t i = 0; i < keep; i++) {
-            PyObject *o = PyTuple_GET_ITEM(log, start + i);
+            PyObject *o = PyTuple_GET_ITEM(state, start + i);
             Py_INCREF(o);
             PyTuple_SET_ITEM(t, i, o);
         }
@@ -81,23 +84,38 @@ cdef extern from *:
         PyTuple_SET_ITEM(t, keep, last);
         return t;
     }
-    /* A sliding log's scan (sliding_window_log._live and the sum of its costs) over its
-       compact form, a tuple of complex (ts, cost) entries: the index of the first live entry
-       (ts > cutoff) in *start, the sum of the live costs in *used. 0 on success; 1 when an
-       entry is not a complex with a whole cost or the sum passes 2**53: the general path
-       decides those. Whole numbers below 2**53 add up exactly in any order, so the sum is
-       sum()'s on every Python (3.12 compensates float sums). */
+    /* A sliding log's scan (sliding_window_log._live and the sum of its costs): the index of
+       the first live entry (ts > cutoff) in *start, the sum of the live costs in *used. 0 on
+       success; 1 when an entry is not a (float, whole int or float) pair or the sum passes
+       2**53: the general path decides those. Whole numbers below 2**53 add up exactly in
+       any order, so the sum is sum()'s on every Python (3.12 compensates float sums). */
+    static PyObject *rk_one = NULL;  /* the int 1, set at import */
     static int rk_log_scan(PyObject *log, double cutoff, Py_ssize_t *start, double *used) {
         Py_ssize_t size = PyTuple_GET_SIZE(log), i;
         double sum = 0.0, c;
+        long long v;
+        int overflow = 0;
         *start = size;
         for (i = 0; i < size; i++) {
-            PyObject *e = PyTuple_GET_ITEM(log, i);
-            if (!PyComplex_CheckExact(e)) return 1;
-            c = ((PyComplexObject *)e)->cval.imag;
-            if (!(c >= 0.0 && c <= 9007199254740992.0 && c == floor(c))) return 1;
+            PyObject *e = PyTuple_GET_ITEM(log, i), *ts, *co;
+            if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 2) return 1;
+            ts = PyTuple_GET_ITEM(e, 0);
+            co = PyTuple_GET_ITEM(e, 1);
+            if (!PyFloat_CheckExact(ts)) return 1;
+            if (co == rk_one) {
+                c = 1.0;  /* the usual cost: the small-int singleton, no conversion */
+            } else if (PyLong_CheckExact(co)) {
+                v = PyLong_AsLongLongAndOverflow(co, &overflow);
+                if (overflow || v < 0 || v > (1LL << 53)) return 1;
+                c = (double)v;
+            } else if (PyFloat_CheckExact(co)) {
+                c = PyFloat_AS_DOUBLE(co);
+                if (!(c >= 0.0 && c <= 9007199254740992.0 && c == floor(c))) return 1;
+            } else {
+                return 1;
+            }
             if (*start == size) {
-                if (((PyComplexObject *)e)->cval.real <= cutoff) continue;
+                if (PyFloat_AS_DOUBLE(ts) <= cutoff) continue;
                 *start = i;
             }
             sum += c;
@@ -122,6 +140,7 @@ cdef extern from *:
     long long rk_floordiv(long long a, long long b)
     object rk_log_append(object log, Py_ssize_t start, Py_ssize_t keep, object last)
     int rk_log_scan(object log, double cutoff, Py_ssize_t *start, double *used)
+    PyObject *rk_one
     const char *RK_SOURCE_SHA256
     int RK_LITTLE_ENDIAN
 
@@ -135,6 +154,8 @@ cdef double NS_TOLERANCE = _NS_TOLERANCE
 cdef double FLOAT_DRIFT = _FLOAT_DRIFT
 cdef double TIME_EPS = _TIME_EPS
 cdef tuple EMPTY = ()
+cdef object ONE = 1
+rk_one = <PyObject *>ONE  # held by ONE for the module's life
 cdef object ZERO = 0
 cdef object FZERO = 0.0
 # Integers up to this magnitude are safe to multiply once more in 64 bits (leaky-bucket).
@@ -534,17 +555,22 @@ cdef class _SlidingWindowLog(_Hit):
         self.p = limit.period
 
     cdef object step(self, object old, double cf, object cost, object t):
-        # sliding_window_log.decide with _live inline, on its compact form (pack): a tuple
-        # of complex (ts, cost) entries, or one such complex alone. Anything else (an int
-        # clock's instants, a fractional cost from the general path) is the general path's.
+        # sliding_window_log.decide with _live inline. Entries are (ts, cost) tuples, and a
+        # log of one entry is kept as one complex (sliding_window_log.pack: the usual idle
+        # key, in 32 bytes); a log holding anything but float instants and whole costs (a
+        # fractional cost from the general path, an int clock's instants) is left to the
+        # general path.
         cdef double now, freed, used = 0.0, n = self.n, p = self.p, x, ts
         cdef Py_ssize_t size = 0, start = 0, i
         now = <double>t
         if old is None:
             log = EMPTY
         else:
-            log = (old,) if type(old) is complex else old
-            if type(log) is not tuple:
+            if type(old) is complex:  # its one entry, as unpack gives it
+                log = (((<complex>old).real, (<complex>old).imag),)
+            elif type(old) is tuple:
+                log = <tuple>old
+            else:
                 return None
             size = len(log)
             # (cutoff: ts + P <= now, within TIME_EPS, is expired)
@@ -552,14 +578,14 @@ cdef class _SlidingWindowLog(_Hit):
                 return None
         live = size - start
         if used + cf <= n + EPS:
-            if live and (<complex>log[size - 1]).real >= now:
+            if live and <double>(<tuple>log[size - 1])[0] >= now:
                 # same instant, or a clock behind the newest entry: add to that entry
-                ts = (<complex>log[size - 1]).real
-                self.new = rk_log_append(log, start, live - 1, PyComplex_FromDoubles(
-                    ts, (<complex>log[size - 1]).imag + cf))
+                last = <tuple>log[size - 1]
+                ts = <double>last[0]
+                self.new = rk_log_append(log, start, live - 1, (last[0], last[1] + cost))
             else:
                 ts = now
-                self.new = rk_log_append(log, start, live, PyComplex_FromDoubles(now, cf))
+                self.new = rk_log_append(log, start, live, (t, cost))
             x = n - used - cf  # floor_remaining
             return rk_decision(DECISION, True, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
                                FZERO, ts + p - now, FZERO, self.limit)
@@ -567,14 +593,14 @@ cdef class _SlidingWindowLog(_Hit):
         retry = None
         freed = 0.0
         for i in range(start, size):
-            entry = <complex>log[i]
-            freed += entry.imag
+            entry = <tuple>log[i]
+            freed += <double>entry[1]
             if used - freed + cf <= n + EPS:
-                retry = entry.real + p - now
+                retry = <double>entry[0] + p - now
                 break
         x = n - used
         return rk_decision(DECISION, False, PyLong_FromDouble(x + EPS) if x > 0 else ZERO,
-                           retry, (<complex>log[size - 1]).real + p - now if live else 0.0,
+                           retry, <double>(<tuple>log[size - 1])[0] + p - now if live else 0.0,
                            FZERO, self.limit)
 
 
