@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .._types import Decision, Limit
-from ..algorithms import fixed_window
 from ..algorithms._common import EPS, FLOAT_DRIFT, NS_TOLERANCE, new_decision
 from ._base import Check, HitHooks
+
+_EXACT = 2**53  # whole numbers below this are exact as floats
 
 __all__ = ["AT", "COMPILED", "DECIDE_ALL", "HOT", "PURE_PYTHON_ENV", "SELECTED"]
 
@@ -81,8 +82,10 @@ def _gcra(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any, float],
                     tat = old
                 tokens = b - (tat - now) * r
                 left = tokens - cost
-                if left >= 0.0 or -left / r < NS_TOLERANCE + min(b2 * abs(tat) * FLOAT_DRIFT,
-                                                                  quarter):
+                if left >= 0.0 or -left / r < NS_TOLERANCE + (
+                        # min(b2 * abs(tat) * FLOAT_DRIFT, quarter), without two calls
+                        tol if (tol := b2 * (tat if tat >= 0.0 else -tat) * FLOAT_DRIFT)
+                        <= quarter else quarter):
                     tat += cost / r
                     data[key] = tat
                     if old is None:
@@ -137,8 +140,10 @@ def _token_bucket(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any,
                     else:  # a clock going backwards refills nothing
                         behind = last - now
                 left = tokens - cost
-                if left >= 0.0 or -left / r < NS_TOLERANCE + min(2.0 * abs(now) * FLOAT_DRIFT,
-                                                                  quarter):
+                if left >= 0.0 or -left / r < NS_TOLERANCE + (
+                        # min(2.0 * abs(now) * FLOAT_DRIFT, quarter), without two calls
+                        tol if (tol := 2.0 * (now if now >= 0.0 else -now) * FLOAT_DRIFT)
+                        <= quarter else quarter):
                     data[key] = complex(left, now)
                     if old is None:
                         after_insert(t, now)
@@ -162,7 +167,6 @@ def _fixed_window(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any,
                   hooks: HitHooks) -> Hit:
     n, p = limit.capacity, limit.period
     most = math.floor(n)
-    pack, unpack = fixed_window.pack, fixed_window.unpack  # MemoryStore's compact form
     fits = n + EPS
     floor = math.floor
     data = t.data
@@ -186,13 +190,19 @@ def _fixed_window(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any,
                 if old is None:
                     check_key(key)
                 else:
-                    sk, sused = unpack(old)
+                    if old.__class__ is complex:  # fixed_window.pack's form, read inline
+                        # (the window index as a whole float: it compares and computes as
+                        # the int unpack gives, and is only ever stored packed again)
+                        sk, sused = old.real, old.imag
+                    else:
+                        sk, sused = old
                     if sk >= k:  # same window, or the clock went back into an earlier one
                         k, used = sk, sused
                 reset = (k + 1) * p - now
                 if used + cost <= fits:
                     used += cost
-                    data[key] = pack((k, used))
+                    # fixed_window.pack, inline: exact as a complex below 2**53
+                    data[key] = complex(k, used) if -_EXACT < k < _EXACT else (k, used)
                     if old is None:
                         after_insert(t, now)
                     left = n - used
