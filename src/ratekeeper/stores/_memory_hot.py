@@ -185,7 +185,7 @@ def _fixed_window(t: Any, limit: Limit, mutex: Any, after_insert: Callable[[Any,
             now = clock()
             old = pop(key, None)
             try:
-                k = floor(now / p + EPS)
+                k: float = floor(now / p + EPS)  # an int, or the same whole number as a float
                 used = 0.0
                 if old is None:
                     check_key(key)
