@@ -288,3 +288,66 @@ def test_several_checks_decide_as_the_general_path(seed: int) -> None:
             for k in ("a", "b", "c", "global"):
                 assert repr(fast.state(lim, k)) == repr(ref.state(lim, k)), (step, lim, k)
     assert all(fast._at[id(lim)][1] is not None for lim in limits)  # the compiled call ran
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("limit,steps", [
+    # a complex state read as C's double complex: NaN tokens after an infinite or NaN clock
+    (Limit("token-bucket", "10/s", burst=5), [(1.0, 1), (INF, 1), (2.0, 1), (1e6, 1)]),
+    (Limit("token-bucket", "10/s", burst=5), [(1.0, 1), (NAN, 1), (2.0, 1)]),
+    (Limit("sliding-window-log", "10/s"), [(-0.0, 1), (0.0, 1)]),  # and a lost -0.0
+    # _live's "ts > cutoff" for a NaN instant
+    (Limit("sliding-window-log", "2/s"), [(NAN, 1), (1.0, 1), (2.0, 1), (1000.0, 1)]),
+    (Limit("sliding-window-log", "10/s"), [(1.0, 1), (NAN, 1)]),
+    # a log's sum of int costs past 2**53 (exact in Python, rounded in doubles)
+    (Limit("sliding-window-log", "9007199254740992/s"), [(0.0, 1), (0.5, 1), (1.2, 2**53)]),
+    (Limit("sliding-window-log", "18014398509481984/10s"),
+     [(0.0, 1), (5.0, 2**53), (11.0, 1), (12.0, 2**53)]),
+    # leaky-bucket: an int past 2**53 divided by 1000 (rounded once in Python)
+    (Limit("leaky-bucket", "1r/s"), [(9007199254740.021, 1), (0.0, 1)]),
+    # leaky-bucket: a delay= past 64 bits
+    (Limit("leaky-bucket", "10r/s", burst=3, delay=10**16), [(1.0, 1), (1.05, 1)]),
+], ids=["tb-inf-clock", "tb-nan-clock", "log-minus-zero", "log-nan-head", "log-nan-tail",
+        "log-sum-2**53", "log-sum-2**54", "leaky-past-2**53", "leaky-huge-delay"])
+def test_edge_traces_found_by_review_decide_as_the_pure_function(limit: Limit,
+                                                                 steps: list[tuple[float, int]]
+                                                                 ) -> None:
+    # Each of these once decided differently on the compiled path (a review's counterexamples).
+    _builders("compiled")
+    store = MemoryStore()
+    decide = get_algorithm(limit.algorithm).decide
+    model: object = None
+    for now, cost in steps:
+        got = store.decide_one(limit, "k", cost, now)
+        new, want = decide(model, now, cost, limit)
+        if new is not None:
+            model = _kept(limit.algorithm, new)
+        assert repr(tuple(got)) == repr(tuple(want)), (now, cost)
+        assert [type(v) for v in got] == [type(v) for v in want]
+        assert repr(store.state(limit, "k")) == repr(model), (now, cost)
+
+
+def test_several_checks_given_as_lists_take_the_general_path() -> None:
+    # The compiled composite read each check as a tuple without looking (a crash on lists).
+    _builders("compiled")
+    g, f = Limit("gcra", "10/s", burst=5), Limit("fixed-window", "10/s")
+    got, _ = MemoryStore().decide([[g, "k", 1], [f, "k", 1]], 1.0)  # type: ignore[list-item]
+    want, _ = MemoryStore()._decide([(g, "k", 1), (f, "k", 1)], 1.0, True)
+    assert [tuple(d) for d in got] == [tuple(d) for d in want]
+
+
+def test_the_compiled_path_sweeps_on_the_tables_count_of_inserts() -> None:
+    # One count for every path (it kept its own, so sweeps, and states, came at other times).
+    _builders("compiled")
+    lim = Limit("gcra", "10/s", burst=5)
+    fast, ref = MemoryStore(sweep_every=2, sweep_grace=0), MemoryStore(sweep_every=2,
+                                                                        sweep_grace=0)
+    for store, one in ((fast, fast.decide_one), (ref, None)):
+        for key, cost, now in [("a", 0.5, 0.0), ("b", 1, 100.0), ("c", 1, 100.5)]:
+            if one is not None:
+                one(lim, key, cost, now)
+            else:
+                store._decide([(lim, key, cost)], now, True)
+    assert [repr(fast.state(lim, k)) for k in "abc"] == [repr(ref.state(lim, k)) for k in "abc"]

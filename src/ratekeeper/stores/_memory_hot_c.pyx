@@ -115,7 +115,7 @@ cdef extern from *:
                 return 1;
             }
             if (*start == size) {
-                if (PyFloat_AS_DOUBLE(ts) <= cutoff) continue;
+                if (!(PyFloat_AS_DOUBLE(ts) > cutoff)) continue;  /* _live's test, NaN too */
                 *start = i;
             }
             sum += c;
@@ -131,6 +131,10 @@ cdef extern from *:
     #else
     #define RK_LITTLE_ENDIAN 1
     #endif
+    /* A complex object's two doubles as stored (a cast to C's double complex would build
+       x + y*I, whose real part is NaN when y is infinite and loses a -0.0). */
+    static inline double rk_re(PyObject *o) { return ((PyComplexObject *)o)->cval.real; }
+    static inline double rk_im(PyObject *o) { return ((PyComplexObject *)o)->cval.imag; }
     #ifndef RK_SOURCE_SHA256
     #define RK_SOURCE_SHA256 ""
     #endif
@@ -142,6 +146,8 @@ cdef extern from *:
     int rk_log_scan(object log, double cutoff, Py_ssize_t *start, double *used)
     PyObject *rk_one
     const char *RK_SOURCE_SHA256
+    double rk_re(object o)
+    double rk_im(object o)
     int RK_LITTLE_ENDIAN
 
 #: The sha256 of this file when it was compiled (the build hook defines it): a build older
@@ -160,6 +166,12 @@ cdef object ZERO = 0
 cdef object FZERO = 0.0
 # Integers up to this magnitude are safe to multiply once more in 64 bits (leaky-bucket).
 cdef long long SAFE = 1LL << 31
+cdef long long NEVER = 1LL << 62  # leaky_bucket's threshold for nodelay; a larger delay=D
+cdef long long EXACT = 1LL << 53  # integers up to this are exact as doubles: int / 1000
+
+
+cdef inline bint exact(long long v):
+    return -EXACT <= v <= EXACT
 
 
 cdef inline double min_of(double x, double y):
@@ -179,7 +191,7 @@ cdef class _Hit:
     cdef object wait, clock, check_key, slow, housekeep, table, limit
     cdef long long most  # the largest whole cost that can ever be admitted (<= 2**53)
     cdef Py_ssize_t max_len, max_keys  # max_len -1: the caller checks its keys
-    cdef long long inserts, sweep_every
+    cdef long long sweep_every
     cdef object new  # the state `step` computed
 
     def __init__(self, t, limit, mutex, after_insert, hooks=None):
@@ -233,9 +245,11 @@ cdef class _Hit:
         return 0
 
     cdef inline int inserted(self, double now) except -1:
-        self.inserts += 1
-        if len(self.data) > self.max_keys or self.inserts % self.sweep_every == 0:
-            self.housekeep(self.table, now, self.inserts % self.sweep_every == 0)
+        # the table's count, which the store's own paths keep too (memory._after_insert)
+        cdef long long n = self.table.inserts + 1
+        self.table.inserts = n
+        if len(self.data) > self.max_keys or n % self.sweep_every == 0:
+            self.housekeep(self.table, now, n % self.sweep_every == 0)
         return 0
 
     def hit(self, key, cost=1):
@@ -356,8 +370,8 @@ cdef class _TokenBucket(_Hit):
         else:
             if type(old) is not complex:
                 return None
-            tokens = (<complex>old).real  # its compact form (token_bucket.pack)
-            last = (<complex>old).imag
+            tokens = rk_re(old)  # its compact form (token_bucket.pack)
+            last = rk_im(old)
             if now >= last:
                 tokens += (now - last) * r
                 if tokens > b:
@@ -393,9 +407,9 @@ cdef class _FixedWindow(_Hit):
         if old is not None:
             if type(old) is not complex:  # (k, used) with k past 2**53 (fixed_window.pack)
                 return None
-            if (<complex>old).real >= kf:  # same window, or the clock went back into an earlier one
-                kf = (<complex>old).real
-                used = (<complex>old).imag
+            if rk_re(old) >= kf:  # same window, or the clock went back into an earlier one
+                kf = rk_re(old)
+                used = rk_im(old)
         reset = (kf + 1.0) * p - now
         if used + cf <= self.fits:
             used += cf
@@ -480,14 +494,14 @@ cdef class _LeakyBucket(_Hit):
     def __init__(self, t, limit, mutex, after_insert, hooks=None):
         _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
         rate, burst, threshold = _leaky_params(limit)
-        if rate > SAFE or burst > SAFE * 1000:
+        if rate > SAFE or burst > SAFE * 1000 or threshold > NEVER:
             self.most = 0  # numbers this large take the general path (Python's integers)
         else:
             self.rate, self.burst, self.threshold = rate, burst, threshold
 
     cdef object step(self, object old, double cf, object cost, object t):
         # leaky_bucket.decide: nginx's integer arithmetic in milli-requests and milliseconds
-        cdef long long now_ms, excess0 = 0, last = 0, ms, level, stamp, excess, remaining
+        cdef long long now_ms, excess0 = 0, last = 0, ms, level, stamp, excess, remaining, until
         cdef long long rate = self.rate, burst = self.burst, threshold = self.threshold
         cdef long long c = <long long>cf  # whole, at most the capacity (round(cost) is c)
         cdef double now, x, delay, reset
@@ -501,8 +515,8 @@ cdef class _LeakyBucket(_Hit):
         else:
             if type(old) is not complex:  # numbers past 2**53 (leaky_bucket.pack)
                 return None
-            excess0 = <long long>(<complex>old).real  # its compact form: two whole numbers
-            last = <long long>(<complex>old).imag
+            excess0 = <long long>rk_re(old)  # its compact form: two whole numbers
+            last = <long long>rk_im(old)
             ms = now_ms - last
             if ms < -60000:
                 ms = 1
@@ -522,7 +536,10 @@ cdef class _LeakyBucket(_Hit):
                 delay = 0.0
             else:
                 delay = <double>rk_floordiv((excess - threshold) * 1000, rate) / 1000.0
-            reset = <double>(stamp - rk_floordiv(-(excess + 1000) * 1000, rate)) / 1000.0 - now
+            until = stamp - rk_floordiv(-(excess + 1000) * 1000, rate)
+            if not exact(until):  # int / 1000 rounds once in Python, twice here
+                return None
+            reset = <double>until / 1000.0 - now
             self.new = PyComplex_FromDoubles(<double>excess, <double>stamp)
             return rk_decision(DECISION, True, rk_floordiv(burst - excess, 1000), FZERO,
                                reset, delay, self.limit)
@@ -534,14 +551,19 @@ cdef class _LeakyBucket(_Hit):
             excess0, last = 0, now_ms
             reset = 0.0
         else:
-            reset = <double>(last - rk_floordiv(-(excess0 + 1000) * 1000, rate)) / 1000.0 - now
+            until = last - rk_floordiv(-(excess0 + 1000) * 1000, rate)
+            if not exact(until):
+                return None
+            reset = <double>until / 1000.0 - now
             if not reset > 0.0:
                 reset = 0.0
         if c * 1000 - 1000 > burst:
             retry = None  # even an idle bucket cannot take this cost
         else:
-            x = <double>(last - rk_floordiv(-(excess0 + c * 1000 - burst) * 1000, rate)
-                         - now_ms) / 1000.0
+            until = last - rk_floordiv(-(excess0 + c * 1000 - burst) * 1000, rate) - now_ms
+            if not exact(until):
+                return None
+            x = <double>until / 1000.0
             retry = x if x > 0.0 else 0.0
         return rk_decision(DECISION, False, remaining, retry, reset, FZERO, self.limit)
 
@@ -567,7 +589,7 @@ cdef class _SlidingWindowLog(_Hit):
             log = EMPTY
         else:
             if type(old) is complex:  # its one entry, as unpack gives it
-                log = (((<complex>old).real, (<complex>old).imag),)
+                log = ((rk_re(old), rk_im(old)),)
             elif type(old) is tuple:
                 log = <tuple>old
             else:
@@ -577,6 +599,8 @@ cdef class _SlidingWindowLog(_Hit):
             if rk_log_scan(log, now - p + TIME_EPS, &start, &used):
                 return None
         live = size - start
+        if used + cf >= 9007199254740992.0:  # from 2**53 on, only the pure sum of ints is exact
+            return None
         if used + cf <= n + EPS:
             if live and <double>(<tuple>log[size - 1])[0] >= now:
                 # same instant, or a clock behind the newest entry: add to that entry
@@ -612,7 +636,7 @@ def decide_all(list hits, checks, now):
     cdef _Hit h
     cdef double cf
     cdef bint allowed = True
-    cdef list olds = [], news = [], decisions = []
+    cdef list olds = [], news = [], decisions = [], keys = []
     if type(now) is not float or n == 0 or len(hits) != n:
         return None
     tokens = (<_Hit>hits[0]).tokens
@@ -623,8 +647,11 @@ def decide_all(list hits, checks, now):
     try:
         for i in range(n):  # every decision on the states as they are
             h = <_Hit>hits[i]
-            check = <tuple>checks[i]
-            key, cost = check[1], check[2]
+            check = checks[i]
+            if type(check) is not tuple or len(<tuple>check) != 3:
+                return None  # (a list, say: the general path unpacks any sequence)
+            key, cost = (<tuple>check)[1], (<tuple>check)[2]
+            keys.append(key)
             cf = h.cost_of(key, cost)
             if cf < 0:
                 return None
@@ -639,7 +666,7 @@ def decide_all(list hits, checks, now):
                 allowed = False
         for i in range(n):  # then charged all, or none (a rejection refreshes recency too)
             h = <_Hit>hits[i]
-            key = (<tuple>checks[i])[1]
+            key = keys[i]
             old = h.data.pop(key, None)
             if allowed:
                 h.data[key] = news[i]
