@@ -389,13 +389,22 @@ cdef class _TokenBucket(_Hit):
                            behind + (b - tokens) / r, FZERO, self.limit)
 
 
-cdef class _FixedWindow(_Hit):
-    cdef double n, p, fits
+cdef class _Window(_Hit):
+    """A window algorithm's numbers: N, the cost per window, and P, its period."""
+
+    cdef double n, p
 
     def __init__(self, t, limit, mutex, after_insert, hooks=None):
         _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
         self.n = limit.capacity
         self.p = limit.period
+
+
+cdef class _FixedWindow(_Window):
+    cdef double fits
+
+    def __init__(self, t, limit, mutex, after_insert, hooks=None):
+        _Window.__init__(self, t, limit, mutex, after_insert, hooks)
         self.fits = self.n + EPS
 
     cdef object step(self, object old, double cf, object cost, object t):
@@ -423,13 +432,7 @@ cdef class _FixedWindow(_Hit):
                            reset if used else 0.0, FZERO, self.limit)
 
 
-cdef class _SlidingWindowCounter(_Hit):
-    cdef double n, p
-
-    def __init__(self, t, limit, mutex, after_insert, hooks=None):
-        _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
-        self.n = limit.capacity
-        self.p = limit.period
+cdef class _SlidingWindowCounter(_Window):
 
     cdef object step(self, object old, double cf, object cost, object t):
         # sliding_window_counter.decide with _roll and _estimate inline
@@ -568,13 +571,7 @@ cdef class _LeakyBucket(_Hit):
         return rk_decision(DECISION, False, remaining, retry, reset, FZERO, self.limit)
 
 
-cdef class _SlidingWindowLog(_Hit):
-    cdef double n, p
-
-    def __init__(self, t, limit, mutex, after_insert, hooks=None):
-        _Hit.__init__(self, t, limit, mutex, after_insert, hooks)
-        self.n = limit.capacity
-        self.p = limit.period
+cdef class _SlidingWindowLog(_Window):
 
     cdef object step(self, object old, double cf, object cost, object t):
         # sliding_window_log.decide with _live inline. Entries are (ts, cost) tuples, and a
