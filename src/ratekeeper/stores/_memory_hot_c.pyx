@@ -256,15 +256,7 @@ cdef class _Hit:
         cdef double c = self.cost_of(key, cost)
         if c < 0:
             return self.slow(key, cost)
-        tokens = self.tokens
-        if len(tokens):  # the mutex (memory._Mutex): take its token
-            tokens.pop()
-        else:
-            self.wait()
-        try:
-            d = self.decide(key, c, cost, self.clock())
-        finally:
-            tokens.append(True)
+        d = self.locked(key, c, cost, None)
         if d is None:  # outside this path's range, after all: the general path decides
             return self.slow(key, cost)
         return d
@@ -275,13 +267,18 @@ cdef class _Hit:
         cdef double c = self.cost_of(key, cost)
         if c < 0:
             return None
+        return self.locked(key, c, cost, now)
+
+    cdef inline object locked(self, key, double c, object cost, object now):
+        """`decide` with the store's mutex held (memory._Mutex: take its token, give it
+        back); `now` None: read the limiter's clock, inside the lock."""
         tokens = self.tokens
         if len(tokens):
             tokens.pop()
         else:
             self.wait()
         try:
-            return self.decide(key, c, cost, now)
+            return self.decide(key, c, cost, self.clock() if now is None else now)
         finally:
             tokens.append(True)
 

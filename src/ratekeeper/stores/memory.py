@@ -298,14 +298,20 @@ class MemoryStore:
         """One charged check at `now` (the core's call for a single limit: the middleware,
         the service, replay). Where the compiled hot path is built, it decides; anything it
         does not take, and everything in pure Python, goes through `decide`."""
-        bound = self._at.get(id(limit))
-        if bound is None or bound[0] is not limit:
-            bound = self._bind_at(limit)
-        if bound[1] is not None:
-            d = bound[1].at(key, cost, now)
+        bound = self._bound(limit)
+        if bound is not None:
+            d = bound.at(key, cost, now)
             if d is not None:
                 return d
         return self._decide(((limit, key, cost),), now, True)[0][0]
+
+    def _bound(self, limit: Limit) -> _memory_hot.Bound | None:
+        """`limit`'s compiled decisions at a caller's clock (None: pure Python decides)."""
+        got = self._at.get(id(limit))
+        # Keyed by id, holding the limit: an id is never mistaken for a later object's.
+        if got is None or got[0] is not limit:
+            got = self._bind_at(limit)
+        return got[1]
 
     def _bind_at(self, limit: Limit) -> tuple[Limit, _memory_hot.Bound | None]:
         build = _memory_hot.AT.get(limit.algorithm)
@@ -313,7 +319,6 @@ class MemoryStore:
                                               self._after_insert)
         if len(self._at) >= 1024:
             self._at.clear()  # many short-lived limits (tests, reloads): stay bounded
-        # Keyed by id, holding the limit: an id is never mistaken for a later object's.
         self._at[id(limit)] = bound = (limit, at)
         return bound
 
@@ -394,14 +399,12 @@ class MemoryStore:
                 return [self.decide_one(limit, key, cost, now)], now
             decide_all = _memory_hot.DECIDE_ALL
             if decide_all is not None:  # several: the compiled all-or-nothing call
-                at, bound = self._at, []
+                bound = []
                 for limit, _, _ in checks:
-                    b = at.get(id(limit))
-                    if b is None or b[0] is not limit:
-                        b = self._bind_at(limit)
-                    if b[1] is None:
+                    b = self._bound(limit)
+                    if b is None:
                         break
-                    bound.append(b[1])
+                    bound.append(b)
                 else:
                     decisions = decide_all(bound, checks, now)
                     if decisions is not None:
