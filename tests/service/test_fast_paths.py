@@ -29,10 +29,9 @@ from ratekeeper.service._http import (
     create_app,
     dumps,
     parse_check,
-    parse_check_cached,
     result_json,
 )
-from ratekeeper.service._service import Service, result_headers
+from ratekeeper.service._service import Remembered, Service, result_headers
 from ratekeeper.service._stats import PrometheusStats
 from ratekeeper.stores.memory import MemoryStore
 from ratekeeper.testing import ManualClock
@@ -232,21 +231,21 @@ _RESULTS = _trace_results()
 
 def test_a_parsed_body_is_remembered_and_a_bad_one_is_not(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_http, "_PARSED", {})
-    monkeypatch.setattr(_http, "_PARSED_SIZE", 3)
+    memo = Remembered(_http._parse_check_tuple, size=3, max_len=512)
+    monkeypatch.setattr(_http, "parse_check_cached", memo)
     body = b'{"domain":"t","descriptors":[{"user":"p"},{"entries":[{"key":"k","value":"v"}]}]}'
-    first = parse_check_cached(body)
+    first = memo(body)
     domain, descriptors, cost = parse_check(body)
     assert first == (domain, tuple(descriptors), cost)
-    assert parse_check_cached(body) is first  # from memory
+    assert memo(body) is first  # from memory
     for bad in (b'{"domain":"t"', b'{"domain":"t","descriptors":[]}'):
         for _ in range(2):  # each time, with its message
             with pytest.raises(InvalidRequest):
-                parse_check_cached(bad)
-    assert list(_http._PARSED) == [body]
+                memo(bad)
+    assert len(memo) == 1 and body in memo
     for n in range(10):  # bounded: cleared when full
-        parse_check_cached(b'{"domain":"t","key":"k%d"}' % n)
-        assert len(_http._PARSED) <= 3
-    long = b'{"domain":"t","key":"%s"}' % (b"x" * _http._PARSED_MAX_BODY)
-    parse_check_cached(long)
-    assert long not in _http._PARSED
+        memo(b'{"domain":"t","key":"k%d"}' % n)
+        assert len(memo) <= 3
+    long = b'{"domain":"t","key":"%s"}' % (b"x" * 513)
+    memo(long)
+    assert long not in memo

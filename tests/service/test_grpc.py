@@ -16,10 +16,14 @@ from collections.abc import Callable, Iterator
 import grpc
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from ratekeeper.policy._engine import InvalidRequest
 from ratekeeper.policy._loader import parse_policies_text
-from ratekeeper.service import Engine, UnknownDomain
+from ratekeeper.service import Engine, UnknownDomain, _grpc
 from ratekeeper.service._grpc import LimitHeaders, parse_request, response_for
+from ratekeeper.service._service import Remembered
 from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from ratekeeper.stores.memory import MemoryStore
 from ratekeeper.testing import ManualClock
@@ -523,3 +527,49 @@ def test_hits_addend_as_envoy_ratelimit_reads_it() -> None:
     r = call(RateLimitRequest(domain="g", descriptors=[descriptor(("user", "u"), hits=0)]))
     assert r.overall_code == OK and r.statuses[0].limit_remaining == 0  # full: still OK
     assert one(call, ("user", "u")).overall_code == OVER
+
+
+def test_a_message_is_parsed_once_and_a_bad_one_each_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    memo = Remembered(_grpc._parse_bytes, size=3, max_len=512)
+    monkeypatch.setattr(_grpc, "parse_cached", memo)
+    ours = rls_pb2.RateLimitRequest(domain="g", hits_addend=2)
+    ours.descriptors.add().entries.add(key="user", value="p")
+    data = ours.SerializeToString()
+    first = memo(data)
+    domain, descriptors, hits = parse_request(ours)
+    assert first == (domain, tuple(descriptors), hits) == ("g", first[1], 2.0)
+    assert memo(data) is first  # from memory
+    empty = rls_pb2.RateLimitRequest(domain="g").SerializeToString()
+    for bad, why in ((b"\xff\xff not a protobuf", "not a RateLimitRequest"),
+                     (empty, "must not be empty")):
+        for _ in range(2):  # refused each time, with its reason
+            with pytest.raises(InvalidRequest, match=why):
+                memo(bad)
+    assert len(memo) == 1 and data in memo
+    for n in range(10):  # bounded: cleared when full
+        other = rls_pb2.RateLimitRequest(domain="g")
+        other.descriptors.add().entries.add(key="k", value=str(n))
+        memo(other.SerializeToString())
+        assert len(memo) <= 3
+
+
+_CODES = st.sampled_from([rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT])
+_STATUS = st.tuples(
+    _CODES,
+    st.none() | st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 7), st.text(max_size=8)),
+    st.integers(0, 2**32 - 1), st.none() | st.integers(0, 10**9))
+_HEADER = st.tuples(st.text(min_size=1, max_size=10), st.text(max_size=20))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.tuples(_CODES, st.lists(_STATUS, max_size=4).map(tuple),
+                 st.lists(_HEADER, max_size=3).map(tuple)))
+def test_a_remembered_answer_is_the_messages_own_bytes(parts: _grpc.ResponseParts) -> None:
+    expected = _grpc.response_of(parts).SerializeToString()
+    assert _grpc.response_bytes(parts) == expected
+    assert _grpc.response_bytes(parts) == expected  # the remembered one too
+    back = rls_pb2.RateLimitResponse.FromString(expected)
+    assert [(s.code, s.limit_remaining) for s in back.statuses] == [
+        (s[0], s[2]) for s in parts[1]]
+    assert [(h.key, h.value) for h in back.response_headers_to_add] == list(parts[2])

@@ -47,7 +47,7 @@ from ..policy._engine import (
     UnknownDomain,
     make_descriptor,
 )
-from ._service import DEFAULT_MAX_BODY, Service, result_headers
+from ._service import DEFAULT_MAX_BODY, Remembered, Service, result_headers
 from .proto.envoy.service.ratelimit.v3 import rls_pb2
 from .proto.envoy.type.v3 import ratelimit_unit_pb2
 
@@ -57,7 +57,10 @@ __all__ = [
     "LimitHeaders",
     "RateLimitServicer",
     "parse_request",
+    "response_bytes",
     "response_for",
+    "response_of",
+    "response_parts",
     "start_grpc_server",
 ]
 
@@ -81,23 +84,6 @@ _UNITS: tuple[tuple[int, int], ...] = (
     (1, _RL.SECOND), (60, _RL.MINUTE), (3600, _RL.HOUR), (86400, _RL.DAY),
     (30 * 86400, _RL.MONTH), (365 * 86400, _RL.YEAR),
 )
-
-
-class _Undecodable:
-    """What `_deserialize` returns for bytes that are not a RateLimitRequest."""
-
-    def __init__(self, error: str) -> None:
-        self.error = error
-
-
-def _deserialize(data: bytes) -> rls_pb2.RateLimitRequest | _Undecodable:
-    # grpc answers UNKNOWN when a deserializer raises; this lets the servicer answer
-    # INVALID_ARGUMENT with the reason instead.
-    try:
-        req: rls_pb2.RateLimitRequest = rls_pb2.RateLimitRequest.FromString(data)
-    except Exception as e:
-        return _Undecodable(str(e) or type(e).__name__)
-    return req
 
 
 def parse_request(req: rls_pb2.RateLimitRequest) -> tuple[str, list[DescriptorRequest], float]:
@@ -126,6 +112,25 @@ def parse_request(req: rls_pb2.RateLimitRequest) -> tuple[str, list[DescriptorRe
 
 
 #: `_rate_unit` per limit, by id; each entry holds its limit, so the id stays its own.
+def _parse_bytes(data: bytes) -> tuple[str, tuple[DescriptorRequest, ...], float]:
+    """A serialized RateLimitRequest -> `parse_request`'s answer (descriptors as a tuple), or
+    `InvalidRequest` for bytes that are not one (the servicer is given the bytes: grpc
+    answers UNKNOWN when a deserializer raises, this answers INVALID_ARGUMENT and why)."""
+    try:
+        req: rls_pb2.RateLimitRequest = rls_pb2.RateLimitRequest.FromString(data)
+    except Exception as e:
+        raise InvalidRequest(f"not a RateLimitRequest: {str(e) or type(e).__name__}"
+                             ) from None
+    domain, descriptors, hits = parse_request(req)
+    return domain, tuple(descriptors), hits
+
+
+#: `_parse_bytes`, remembered per message (Envoy sends a client's same descriptors again);
+#: a bad message is refused each time it comes.
+parse_cached: Remembered[bytes, tuple[str, tuple[DescriptorRequest, ...], float]] = \
+    Remembered(_parse_bytes, size=10_000, max_len=512)
+
+
 _RATE_UNITS: dict[int, tuple[Limit, tuple[int, int]]] = {}
 
 
@@ -156,6 +161,14 @@ def _compute_rate_unit(lim: Limit) -> tuple[int, int]:
     return max(1, min(math.floor(per * _UNITS[-1][0]), UINT32_MAX)), _UNITS[-1][1]
 
 
+#: One `DescriptorStatus` as data: (code, current_limit as (requests_per_unit, unit, name) or
+#: None, limit_remaining, duration_until_reset in seconds or None when unset).
+StatusParts = tuple[rls_pb2.RateLimitResponse.Code, tuple[int, int, str] | None, int, int | None]
+#: A whole `RateLimitResponse` as data: (overall_code, statuses, response_headers_to_add).
+ResponseParts = tuple[rls_pb2.RateLimitResponse.Code, tuple[StatusParts, ...],
+                      tuple[tuple[str, str], ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class LimitHeaders:
     """envoyproxy/ratelimit's response headers (its ``LIMIT_RESPONSE_HEADERS_ENABLED``), by
@@ -172,62 +185,90 @@ class LimitHeaders:
     remaining: str = "RateLimit-Remaining"
     reset: str = "RateLimit-Reset"
 
-    def pick(self, resp: rls_pb2.RateLimitResponse) -> list[tuple[str, str]]:
+    def pick(self, statuses: tuple[StatusParts, ...]) -> tuple[tuple[str, str], ...]:
         chosen = None
         least = UINT32_MAX
-        for st in resp.statuses:
-            if st.HasField("current_limit") and st.limit_remaining < least:
-                chosen, least = st, st.limit_remaining
-            if st.code == _OVER_LIMIT:
+        for st in statuses:
+            if st[1] is not None and st[2] < least:
+                chosen, least = st, st[2]
+            if st[0] == _OVER_LIMIT:
                 chosen, least = st, 0
         if chosen is None:
-            return []
-        return [(self.limit, str(chosen.current_limit.requests_per_unit)),
-                (self.remaining, str(chosen.limit_remaining)),
-                (self.reset, str(chosen.duration_until_reset.seconds))]
+            return ()
+        rpu = chosen[1][0] if chosen[1] is not None else 0
+        return ((self.limit, str(rpu)), (self.remaining, str(chosen[2])),
+                (self.reset, str(chosen[3] or 0)))
+
+
+def response_parts(result: CheckResult, limit_headers: LimitHeaders | None = None, *,
+                   now: float | None = None) -> ResponseParts:
+    """What the RateLimitResponse for a check result holds, as data (`response_for` and
+    `response_bytes` build it); with `limit_headers`, envoyproxy/ratelimit's headers instead
+    of ours. `now` (the engine's clock, seconds) gives a fixed window that charged nothing
+    its time to the window's end, which its decision does not carry."""
+    statuses: list[StatusParts] = []
+    for s in result.statuses:
+        over = s.over_limit
+        code = _OVER_LIMIT if over else _OK
+        d = s.decision
+        if d is None:
+            statuses.append((code, None, UINT32_MAX if s.outcome == "unlimited" else 0, None))
+            continue
+        lim = d.limit
+        current = None
+        if lim is not None:
+            rpu, unit = _rate_unit(lim)
+            current = (rpu, unit, _label(s, lim))
+        remaining = UINT32_MAX if s.outcome == "unlimited" else 0
+        if not over and s.outcome != "shadow_rejected":
+            remaining = min(max(int(d.remaining), 0), UINT32_MAX)
+        reset = d.reset_after if math.isfinite(d.reset_after) else 10.0**9
+        if reset <= 0 and now is not None and lim is not None \
+                and lim.algorithm == "fixed-window":
+            reset = lim.period - now % lim.period
+        statuses.append((code, current, remaining, max(0, math.ceil(reset - 1e-6))))
+    parts = tuple(statuses)
+    headers = tuple(result_headers(result)) if limit_headers is None \
+        else limit_headers.pick(parts)
+    return _OK if result.allowed else _OVER_LIMIT, parts, headers
+
+
+def response_of(parts: ResponseParts) -> rls_pb2.RateLimitResponse:
+    """The RateLimitResponse message `parts` describe."""
+    overall, statuses, headers = parts
+    resp = rls_pb2.RateLimitResponse(overall_code=overall)
+    for code, current, remaining, reset in statuses:
+        st = resp.statuses.add()
+        st.code = code
+        st.limit_remaining = remaining
+        if current is not None:
+            st.current_limit.requests_per_unit = current[0]
+            st.current_limit.unit = current[1]
+            if current[2]:
+                st.current_limit.name = current[2]
+        if reset is not None:
+            st.duration_until_reset.seconds = reset
+    for name, value in headers:
+        resp.response_headers_to_add.add(key=name, value=value)
+    return resp
 
 
 def response_for(result: CheckResult, limit_headers: LimitHeaders | None = None, *,
                  now: float | None = None) -> rls_pb2.RateLimitResponse:
-    """The RateLimitResponse for a check result; with `limit_headers`, envoyproxy/ratelimit's
-    headers instead of ours. `now` (the engine's clock, seconds) gives a fixed window that
-    charged nothing its time to the window's end, which its decision does not carry."""
-    resp = rls_pb2.RateLimitResponse(overall_code=_OK if result.allowed else _OVER_LIMIT)
-    for s in result.statuses:
-        st = resp.statuses.add()
-        over = s.over_limit
-        st.code = _OVER_LIMIT if over else _OK
-        if s.outcome == "unlimited":
-            st.limit_remaining = UINT32_MAX
-        d = s.decision
-        if d is None:
-            continue
-        lim = d.limit
-        if lim is not None:
-            rpu, unit = _rate_unit(lim)
-            st.current_limit.requests_per_unit = rpu
-            st.current_limit.unit = unit
-            label = _label(s, lim)
-            if label:
-                st.current_limit.name = label
-        # Over the limit (shadow mode's too) is 0 left, as envoyproxy/ratelimit, even when
-        # some capacity is left that this request's cost did not fit in.
-        if not over and s.outcome != "shadow_rejected":
-            st.limit_remaining = min(max(int(d.remaining), 0), UINT32_MAX)
-        reset = d.reset_after if math.isfinite(d.reset_after) else 10.0**9
-        if reset <= 0 and now is not None and lim is not None \
-                and lim.algorithm == "fixed-window":
-            # Nothing charged in the window (a cost above the whole limit): the decision
-            # has nothing to reset, but the Go service answers every status the time to
-            # its window's end (`unit - now % unit`), and Envoy's reset header shows it.
-            reset = lim.period - now % lim.period
-        # Whole seconds, rounded up (a window ending in 29.75 s says 30, as the Go service's
-        # whole-second arithmetic); the tolerance absorbs float noise (3600.0000000001).
-        st.duration_until_reset.seconds = max(0, math.ceil(reset - 1e-6))
-    headers = result_headers(result) if limit_headers is None else limit_headers.pick(resp)
-    for name, value in headers:
-        resp.response_headers_to_add.add(key=name, value=value)
-    return resp
+    """The RateLimitResponse for a check result (`response_parts`' options)."""
+    return response_of(response_parts(result, limit_headers, now=now))
+
+
+def _serialize(parts: ResponseParts) -> bytes:
+    data: bytes = response_of(parts).SerializeToString()
+    return data
+
+
+#: `response_of(parts).SerializeToString()`, remembered per parts: the answers of a busy
+#: limit repeat (its rate, a remaining count, a reset), and building the message is most of
+#: the cost of an answer. Any answer (a status count, a header's length) is remembered.
+response_bytes: Remembered[ResponseParts, bytes] = Remembered(_serialize, size=10_000,
+                                                              max_len=1 << 30)
 
 
 def _label(s: DescriptorStatus, lim: Limit) -> str:
@@ -247,18 +288,18 @@ class RateLimitServicer:
         self.limit_headers = limit_headers
 
     async def ShouldRateLimit(  # noqa: N802 (the protocol's method name)
-        self, request: rls_pb2.RateLimitRequest | _Undecodable, context: Any
-    ) -> rls_pb2.RateLimitResponse:
+        self, request: bytes, context: Any
+    ) -> bytes:
+        """One call, on the message's bytes (grpc passes them through): remembered parses
+        and answers (`parse_cached`, `response_bytes`) skip most protobuf work."""
         t0 = time.perf_counter()
         result = "error"
         try:
-            if isinstance(request, _Undecodable):
-                raise InvalidRequest(f"not a RateLimitRequest: {request.error}")
-            domain, descriptors, hits = parse_request(request)
+            domain, descriptors, hits = parse_cached(request)
             engine = self.service.engine
             res = await engine.check(domain, descriptors, hits)
             result = "ok" if res.known_domain else "unknown_domain"
-            return response_for(res, self.limit_headers, now=engine.clock())
+            return response_bytes(response_parts(res, self.limit_headers, now=engine.clock()))
         except UnknownDomain as e:
             result = "unknown_domain"
             code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(e)
@@ -297,8 +338,7 @@ async def start_grpc_server(service: Service, host: str, port: int | None, *,
     # that turns undecodable bytes into INVALID_ARGUMENT rather than UNKNOWN.
     handlers = {"ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
         RateLimitServicer(service, limit_headers).ShouldRateLimit,
-        request_deserializer=_deserialize,
-        response_serializer=rls_pb2.RateLimitResponse.SerializeToString,
+        request_deserializer=None, response_serializer=None,  # bytes: see ShouldRateLimit
     )}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     server.add_registered_method_handlers(SERVICE, handlers)

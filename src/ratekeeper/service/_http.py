@@ -40,7 +40,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -68,7 +68,7 @@ from ..policy._engine import (
 )
 from ..policy._model import Policies
 from ..policy._request import RequestInfo, request_from_json
-from ._service import Service, result_headers
+from ._service import Remembered, Service, result_headers
 from ._stats import PrometheusStats
 
 __all__ = ["create_app", "parse_check", "result_json"]
@@ -172,26 +172,16 @@ def _json_object(body: bytes, example: str) -> dict[str, Any]:
     return obj
 
 
-#: `parse_check`'s answers by body: a returning client sends the same bytes (its key, its
-#: descriptors), and the answer is a pure function of them. Bounded; cleared when full.
-_PARSED: dict[bytes, tuple[str, tuple[DescriptorRequest, ...], float]] = {}
-_PARSED_SIZE = 10_000
-#: Bodies longer than this are parsed afresh (a typical check is under 100 bytes).
-_PARSED_MAX_BODY = 512
-
-
-def parse_check_cached(body: bytes) -> tuple[str, Sequence[DescriptorRequest], float]:
-    """`parse_check`, remembered per body (only valid ones: a bad body raises each time)."""
-    got = _PARSED.get(body)
-    if got is not None:
-        return got
+def _parse_check_tuple(body: bytes) -> tuple[str, tuple[DescriptorRequest, ...], float]:
     domain, descriptors, cost = parse_check(body)
-    if len(body) <= _PARSED_MAX_BODY:
-        if len(_PARSED) >= _PARSED_SIZE:
-            _PARSED.clear()
-        got = _PARSED[body] = (domain, tuple(descriptors), cost)
-        return got
-    return domain, descriptors, cost
+    return domain, tuple(descriptors), cost
+
+
+#: `parse_check`, remembered per body (only valid ones: a bad body raises each time): a
+#: returning client sends the same bytes (its key, its descriptors), and the answer is a
+#: pure function of them. Bodies over 512 bytes are parsed afresh (a check is under 100).
+parse_check_cached: Remembered[bytes, tuple[str, tuple[DescriptorRequest, ...], float]] = \
+    Remembered(_parse_check_tuple, size=10_000, max_len=512)
 
 
 def parse_check(body: bytes) -> tuple[str, list[DescriptorRequest], float]:

@@ -7,7 +7,8 @@ the stats, the body limit and the "stopping" flag that turns ``/readyz`` and ``/
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 from .._types import Limit
 from ..core import merge_decisions
@@ -17,7 +18,10 @@ from ..policy._holder import PolicyHolder
 from ..policy._stats import NullStats, Stats
 from ..stores._base import AsyncStore
 
-__all__ = ["Service", "result_headers"]
+__all__ = ["Remembered", "Service", "result_headers"]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 #: Default limit on an HTTP request body or a gRPC message (a check is a few hundred bytes).
 DEFAULT_MAX_BODY = 64 * 1024
@@ -46,6 +50,37 @@ class Service:
 
     def __repr__(self) -> str:
         return f"Service({self.holder!r}, store={self.store_name}, stopping={self.stopping})"
+
+
+class Remembered(Generic[K, V]):
+    """`make(key)`, remembered per key: for pure functions of what a client sends (its
+    request's bytes, an answer's parts), which a returning client sends again. At most
+    `size` entries (cleared when full: no bookkeeping per hit); keys whose ``len`` is over
+    `max_len` are made afresh each time. `make` raising is never remembered, so a bad
+    request is refused each time it comes."""
+
+    __slots__ = ("_make", "_max_len", "_memo", "_size")
+
+    def __init__(self, make: Callable[[K], V], *, size: int = 10_000,
+                 max_len: int = 512) -> None:
+        self._make, self._size, self._max_len = make, size, max_len
+        self._memo: dict[K, V] = {}
+
+    def __call__(self, key: K) -> V:
+        got = self._memo.get(key)
+        if got is None:
+            got = self._make(key)
+            if len(key) <= self._max_len:  # type: ignore[arg-type]
+                if len(self._memo) >= self._size:
+                    self._memo.clear()
+                self._memo[key] = got
+        return got
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._memo
 
 
 #: The constant parts of `result_headers` per (deciding limit, consulted limits), by their
