@@ -22,7 +22,7 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCES = ["src/ratekeeper/stores/_memory_hot_c.pyx"]
+SOURCES = ["src/ratekeeper/stores/_memory_hot_c.pyx", "src/ratekeeper/replay/_replay_hot_c.pyx"]
 
 
 def _flag(name: str) -> bool:

@@ -33,6 +33,7 @@ from typing import IO, Union
 from .._errors import ConfigError
 from ._events import LogEvent, ReadStats
 from ._formats import COMBINED, COMMON, BadLine, JsonFormat, LineFormat, LogFormat, TraceFormat
+from ._hot import parser_of
 from ._order import check_order_options, reorder
 
 __all__ = ["FORMATS", "LogReader", "Source", "open_format", "read_log"]
@@ -196,7 +197,7 @@ class LogReader:
                        max_pending=self.max_pending)
 
     def _parsed(self) -> Iterator[LogEvent]:
-        stats, lines, parse = self.stats, self._lines, self.format.parse
+        stats, lines, parse = self.stats, self._lines, parser_of(self.format)
         n = 0
         try:
             for line in lines:

@@ -38,6 +38,7 @@ from ..policy._request import ClientIP, IPAddress, RequestInfo
 from ..stores._base import HitHooks
 from ..stores.memory import MemoryStore
 from ..testing import ManualClock
+from . import _hot
 from ._events import LogEvent
 from ._formats import JsonFormat
 
@@ -126,6 +127,12 @@ def replay(policies: Policies, events: Iterable[LogEvent], *, store: Any = None,
             if ev.t > clock.now:  # a clamped late line keeps the clock where it is
                 clock.set(ev.t)
             yield Replayed(ev, run(decide_request(engine, policies, request_of(ev), clock.now)))
+        return
+    if _hot.COMPILED is not None:  # the same loop, compiled (_replay_hot_c.pyx)
+        box = [clock.now]
+        yield from _hot.COMPILED.remembering(
+            policies, rules, engine, clock, events, inputs, _one_limit(policies, engine, box),
+            box, Replayed, MAP_CACHE_SIZE)
         return
     yield from _remembering(policies, rules, engine, clock, events, inputs=inputs)
 
