@@ -48,6 +48,7 @@ __all__ = [
     "Ticket",
     "Waits",
     "arun",
+    "charged",
     "check_key",
     "merge_decisions",
     "run",
@@ -376,10 +377,17 @@ def decide(store: Any, checks: list[Check], now: float, failure: Failure, *,
     except StoreError as e:
         out = yield from failure.decisions(checks, now, e, policy)
         return out
+    return decisions, charged(store, checks, decisions, at, failure=failure, consume=consume)
+
+
+def charged(store: Any, checks: list[Check], decisions: list[Decision], at: float, *,
+            failure: Failure, consume: bool = True) -> Ticket | None:
+    """After `store` answered `checks` (at its time `at`): the store is back if it was
+    failing, and the `Ticket` of a charged, admitted request (None: nothing to refund)."""
     if failure.failing:
         failure.recovered()
     admitted = consume and all(d.allowed for d in decisions)
-    return decisions, Ticket(store, checks, at) if admitted else None
+    return Ticket(store, checks, at) if admitted else None
 
 
 def hit(store: Any, checks: list[Check], now: float, failure: Failure, *,

@@ -97,12 +97,23 @@ def _summary(r: CheckResult | str) -> Any:
             None if r.ticket is None else r.ticket.checks)
 
 
-def _run(engine: Engine, snap: Policies, req: Any, forget: bool) -> CheckResult | str:
+def _run(engine: Engine, snap: Policies, req: Any, forget: bool, *,
+         via_check: bool = False) -> CheckResult | str:
+    """`req` planned on `snap` (or, `via_check`, through `Engine.check`, whose direct path
+    answers a remembered one-rule request on a MemoryStore with plain calls)."""
     domain, raw, hits = req
     descriptors = [make_descriptor(entries, hits=h) for entries, h in raw]
     if forget:
         engine._plans.clear()
     try:
+        if via_check:
+            coro = engine.check(domain, descriptors, hits)
+            try:
+                coro.send(None)  # on a MemoryStore it never waits
+            except StopIteration as done:
+                result: CheckResult = done.value
+                return result
+            raise AssertionError("Engine.check waited on a MemoryStore")
         return core.run(engine.plan(snap, domain, descriptors, hits))
     except InvalidRequest as e:
         return f"{type(e).__name__}: {e}"
@@ -115,13 +126,45 @@ def test_a_remembered_plan_decides_exactly_as_a_fresh_one(snap: Policies, shapes
     clock = ManualClock(1000.0)
     fresh = Engine(lambda: snap, MemoryStore(), clock=clock)
     remembered = Engine(lambda: snap, MemoryStore(), clock=clock)
+    checked = Engine(lambda: snap, MemoryStore(), clock=clock)  # Engine.check's direct path
     for i, hits, advance in steps:
         clock.advance(advance)
         domain, raw = shapes[i % len(shapes)]
         req = (domain, raw, hits)
         a = _run(fresh, snap, req, forget=True)
         b = _run(remembered, snap, req, forget=False)
+        c = _run(checked, snap, req, forget=False, via_check=True)
         assert _summary(b) == _summary(a), req
+        assert _summary(c) == _summary(a), req
+
+
+def test_check_answers_a_remembered_request_with_plain_calls_as_plan_does() -> None:
+    # Engine.check's direct path (a remembered one-rule request on a MemoryStore): a
+    # composite of two limits, admitted then rejected, its ticket and its store metric.
+    snap = parse_policies_text(
+        '[[domains.d.descriptors]]\nkey = "user"\nlimits = ['
+        '{ name = "a", algorithm = "gcra", rate = "2/hour" }, '
+        '{ name = "b", algorithm = "token-bucket", rate = "3/hour", scope = "global" }]')
+    clock = ManualClock(1000.0)
+    planned = Engine(lambda: snap, MemoryStore(), clock=clock)
+    checked = Engine(lambda: snap, MemoryStore(), clock=clock)
+    direct = []
+    original = checked._one_rule_now
+
+    def spy(*args: Any) -> CheckResult | None:
+        got = original(*args)
+        direct.append(got is not None)
+        return got
+
+    checked._one_rule_now = spy  # type: ignore[method-assign]
+    for user in ("u", "u", "v", "u", "w", "v"):
+        req = ("d", [([("user", user)], None)], 1.0)
+        a, c = _run(planned, snap, req, forget=False), _run(checked, snap, req, forget=False,
+                                                          via_check=True)
+        assert _summary(c) == _summary(a), user
+    assert direct == [False, True, False, True, False, True]  # new shapes go through plan
+    last = _run(checked, snap, ("d", [([("user", "w")], None)], 1.0), False, via_check=True)
+    assert isinstance(last, CheckResult) and not last.allowed  # the global 3/hour is spent
 
 
 def test_a_request_seen_twice_is_planned_once() -> None:
@@ -164,15 +207,18 @@ def test_one_descriptor_answers_as_the_general_path(snap: Policies, shapes: list
     # alike for it (the unmatched one changes nothing but adds its own status).
     clock = ManualClock(1000.0)
     alone = Engine(lambda: snap, MemoryStore(), clock=clock)
+    checked = Engine(lambda: snap, MemoryStore(), clock=clock)  # Engine.check's direct path
     general = Engine(lambda: snap, MemoryStore(), clock=clock)
     for i, hits, advance in steps:
         clock.advance(advance)
         entries, h = shapes[i % len(shapes)]
         a = _run(alone, snap, ("d", [(entries, h)], hits), forget=False)
+        c = _run(checked, snap, ("d", [(entries, h)], hits), forget=False, via_check=True)
         b = _run(general, snap, ("d", [(entries, h), ([("unmatched", "x")], None)], hits),
                  forget=False)
         if isinstance(a, str) or isinstance(b, str):
-            assert a == b
+            assert a == b == c
             continue
         assert b.statuses[1].outcome == "unmatched"
         assert _summary(a) == _summary(b._replace(statuses=b.statuses[:1])), entries
+        assert _summary(c) == _summary(a), entries
