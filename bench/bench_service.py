@@ -17,7 +17,10 @@ them); ``grpc-floor``, a grpc.aio servicer that parses the RateLimitRequest and 
 constant response, on the same server options; ``grpc-sync-floor``, the same on a sync
 ``grpc.server`` with a thread pool (the other grpcio server model, for comparison). The
 ``x floor`` column is the service's CPU per decision over its transport's floor; the goal is
-at most 1.25.
+at most 1.25. The Redis scenarios are held to ``http-redis-floor`` and ``grpc-redis-floor``:
+the same bare servers making, per request, one ``EVALSHA`` of ``return 1`` through the
+client the Redis store builds (the transport of a Redis decision: the request in, one round
+trip to Redis, the answer out).
 
 Each check carries one descriptor ``[user=<one of --users>]`` against a GCRA limit of
 1000/s per user (nearly all admitted) plus a global token bucket: a composite decision of
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import importlib.util
 import json
 import os
@@ -173,11 +177,13 @@ def _classify(ports: list[int]) -> tuple[int | None, int | None]:
 class Floor:
     """A bare server in a subprocess (`floor_main`): the transport alone, no decision."""
 
-    def __init__(self, kind: str, answer: bytes, workdir: Path) -> None:
+    def __init__(self, kind: str, answer: bytes, workdir: Path,
+                 redis_url: str | None = None) -> None:
         body = workdir / f"answer-{kind}.bin"
         body.write_bytes(answer)
+        extra = [] if redis_url is None else ["--redis", redis_url]
         self.proc = subprocess.Popen([sys.executable, __file__, "--floor", kind, "--answer",
-                                      str(body)], stdout=subprocess.PIPE)
+                                      str(body), *extra], stdout=subprocess.PIPE)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
@@ -189,7 +195,27 @@ class Floor:
     stop = Service.stop
 
 
-async def _http_floor(answer: bytes) -> None:
+def _redis_round_trip(url: str | None) -> Any:
+    """None, or an async function making one bare ``EVALSHA`` (``return 1``, no keys) with
+    the client the Redis store builds for `url`: a Redis decision's round trip, no work."""
+    if url is None:
+        return None
+    from ratekeeper.service._server import open_store  # noqa: PLC0415
+
+    store, _ = open_store(url)
+    client: Any = store._client  # type: ignore[attr-defined]  # the store's own client
+    sha = hashlib.sha1(b"return 1").hexdigest()  # Redis names a script by its SHA-1
+
+    async def round_trip() -> None:
+        try:
+            await client.execute_command("EVALSHA", sha, 0)
+        except Exception:  # NOSCRIPT on the first call
+            await client.execute_command("EVAL", "return 1", 0)
+
+    return round_trip
+
+
+async def _http_floor(answer: bytes, redis_url: str | None = None) -> None:
     import uvicorn  # noqa: PLC0415
     from starlette.applications import Starlette  # noqa: PLC0415
     from starlette.requests import Request  # noqa: PLC0415
@@ -198,8 +224,12 @@ async def _http_floor(answer: bytes) -> None:
 
     from ratekeeper.service._server import _UvicornServer, bind_tcp, http_parser  # noqa: PLC0415
 
+    round_trip = _redis_round_trip(redis_url)
+
     async def check(request: Request) -> Response:
         await request.body()
+        if round_trip is not None:
+            await round_trip()
         return Response(answer, media_type="application/json")
 
     app = Starlette(routes=[Route("/v1/check", check, methods=["POST"])])
@@ -215,25 +245,28 @@ async def _http_floor(answer: bytes) -> None:
     await task
 
 
-def _grpc_floor_handlers(answer: bytes) -> Any:
+def _grpc_floor_handlers(answer: bytes, redis_url: str | None = None) -> Any:
     import grpc  # noqa: PLC0415
 
     from ratekeeper.service._grpc import SERVICE  # noqa: PLC0415
     from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2  # noqa: PLC0415
 
     response = rls_pb2.RateLimitResponse.FromString(answer)
+    round_trip = _redis_round_trip(redis_url)
 
     def should_rate_limit(request: Any, context: Any) -> Any:
         return response
 
     async def should_rate_limit_async(request: Any, context: Any) -> Any:
+        if round_trip is not None:
+            await round_trip()
         return response
 
     return grpc, SERVICE, rls_pb2, should_rate_limit, should_rate_limit_async
 
 
-async def _grpc_aio_floor(answer: bytes) -> None:
-    grpc, service, rls_pb2, _, handler = _grpc_floor_handlers(answer)
+async def _grpc_aio_floor(answer: bytes, redis_url: str | None = None) -> None:
+    grpc, service, rls_pb2, _, handler = _grpc_floor_handlers(answer, redis_url)
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])  # as start_grpc_server
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {
         "ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
@@ -269,7 +302,9 @@ def floor_main(args: argparse.Namespace) -> None:
         return
     from ratekeeper.service._server import run  # noqa: PLC0415 (the loop `serve` runs on)
 
-    run(_http_floor(answer) if args.floor == "http" else _grpc_aio_floor(answer))
+    url = args.redis if args.floor.endswith("-redis") else None
+    run(_http_floor(answer, url) if args.floor.startswith("http")
+        else _grpc_aio_floor(answer, url))
 
 
 def _capture_http(port: int) -> bytes:
@@ -464,7 +499,8 @@ def main() -> None:
     # client mode (internal)
     p.add_argument("--client", choices=("http", "grpc"), help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--floor", choices=("http", "grpc", "grpc-sync"), help=argparse.SUPPRESS)
+    p.add_argument("--floor", choices=("http", "grpc", "grpc-sync", "http-redis", "grpc-redis"),
+                   help=argparse.SUPPRESS)
     p.add_argument("--answer", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.client:
@@ -532,20 +568,31 @@ def main() -> None:
                 svc.stop()
         floors = [("http-floor", "http", "http"), ("grpc-floor", "grpc", "grpc"),
                   ("grpc-sync-floor", "grpc", "grpc-sync")]
+        if redis_url:
+            floors += [("http-redis-floor", "http", "http-redis"),
+                       ("grpc-redis-floor", "grpc", "grpc-redis")]
+        ran = {r["scenario"] for r in results}
         for name, kind, floor_kind in floors:
-            if kind not in answers or (only and name not in only and not any(
-                    s.startswith(f"{kind}-") for s in only)):
+            redis_floor = floor_kind.endswith("-redis")
+            wanted = {s for s in ran if s.startswith(f"{kind}-")
+                      and ("redis" in s) == redis_floor}
+            if kind not in answers or (only and name not in only and not wanted):
                 continue
-            floor = Floor(floor_kind, answers[kind], workdir)
+            floor = Floor(floor_kind, answers[kind], workdir,
+                          redis_url if redis_floor else None)
             try:
                 measure(name, kind, floor, floor.port)
             finally:
                 floor.stop()
-        # Each scenario over the floor of its transport on the same server model (grpc.aio).
-        floor_cpu = {r["transport"]: r["service_cpu_us_per_decision"] for r in results
-                     if r["scenario"] in ("http-floor", "grpc-floor")}
+        # Each scenario over the floor of its transport on the same server model (grpc.aio),
+        # with the Redis round trip for the Redis scenarios.
+        floor_cpu = {(r["transport"], r["scenario"].endswith("-redis-floor")):
+                     r["service_cpu_us_per_decision"] for r in results
+                     if r["scenario"] in ("http-floor", "grpc-floor", "http-redis-floor",
+                                          "grpc-redis-floor")}
         for r in results:
-            f = floor_cpu.get(r["transport"])
+            redis_row = "redis" in r["scenario"]
+            f = floor_cpu.get((r["transport"], redis_row))
             r["x_floor"] = r["service_cpu_us_per_decision"] / f if f else float("nan")
     finally:
         for s in stack:

@@ -54,3 +54,33 @@ def test_service_bench_prints_each_scenario_next_to_its_transport_floor(tmp_path
             assert all(rows[n][5] != "nan" for n in rows if n.startswith(f"{kind}-")), rows
         else:
             assert floor == 0, floor  # measured, and measured nothing
+
+
+@pytest.mark.slow
+def test_service_bench_holds_the_redis_scenarios_to_a_floor_with_a_redis_round_trip(
+        tmp_path: Path) -> None:
+    # --redis auto starts a throw-away redis-server (tests/servers.py); --workers 2 adds the
+    # two-process scenarios, held to the same Redis floors.
+    pytest.importorskip("redis")
+    from tests.servers import find_server_binary  # noqa: PLC0415
+
+    if find_server_binary("redis") is None:
+        pytest.skip("no redis-server")
+    results = tmp_path / "service.json"
+    only = "http-redis,grpc-redis,http-redis-2w,grpc-redis-2w"
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--seconds", "0", "--requests", "300", "--warmup", "0",
+         "--redis", "auto", "--workers", "2", "--only", only, "--concurrency", "2",
+         "--users", "50", "--json", str(results)],
+        check=False, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = {r["scenario"]: r for r in json.loads(results.read_text())["results"]}
+    assert set(got) == {*only.split(","), "http-redis-floor", "grpc-redis-floor"}
+    for name, r in got.items():
+        assert r["decisions"] == 300 and r["errors"] == 0, (name, r["error_samples"])
+    for kind in ("http", "grpc"):
+        floor = got[f"{kind}-redis-floor"]["service_cpu_us_per_decision"]
+        if floor > 0:  # measurable (see above): every Redis scenario has its ratio to it
+            for name in (f"{kind}-redis", f"{kind}-redis-2w"):
+                r = got[name]
+                assert r["x_floor"] == r["service_cpu_us_per_decision"] / floor, name
