@@ -17,6 +17,7 @@ import random
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -180,13 +181,17 @@ def test_a_compiled_parse_gives_the_pure_parses_outcome_for_each_kind_of_line(
     assert parsed(compiled.Parser(fmt).parse, line) == pure
 
 
-def _read(raw: bytes, fmt: object, compiled: bool, monkeypatch: pytest.MonkeyPatch
-          ) -> tuple[list[tuple[object, ...]], ReadStats]:
+def _read(raw: bytes, fmt: object, compiled: bool, monkeypatch: pytest.MonkeyPatch,
+          **options: Any) -> tuple[list[tuple[object, ...]], ReadStats]:
+    """Every event of `raw` (in the order handed out, each with the stats' line count
+    when it came out) and the final `ReadStats`."""
     with monkeypatch.context() as m:
         if not compiled:
             m.setattr(_hot, "COMPILED", None)
-        with read_log(io.BytesIO(raw), fmt, window=1.0) as events:  # type: ignore[arg-type]
-            out = [(*ev[:10], dict(ev.fields), ev.line) for ev in events]
+        options.setdefault("window", 1.0)
+        with read_log(io.BytesIO(raw), fmt, **options) as events:  # type: ignore[arg-type]
+            out = [(*ev[:10], dict(ev.fields), ev.line, events.stats.lines,
+                    events.stats.late) for ev in events]
         return out, events.stats
 
 
@@ -213,17 +218,22 @@ def random_log(rng: random.Random, n: int) -> bytes:
     return ("\n".join(out)).encode()  # the last line has no newline
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(("seed", "options"), [
+    (1, {}), (2, {"late": "drop"}), (3, {"window": 0}), (4, {"max_pending": 7}),
+    (5, {"window": 30.0, "late": "drop"})])
 def test_a_compiled_read_gives_the_same_events_and_read_stats(
-        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        seed: int, options: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     _compiled()
     raw = random_log(random.Random(seed), 3000)
-    fast, fast_stats = _read(raw, "combined", True, monkeypatch)
-    pure, pure_stats = _read(raw, "combined", False, monkeypatch)
+    fast, fast_stats = _read(raw, "combined", True, monkeypatch, **options)
+    pure, pure_stats = _read(raw, "combined", False, monkeypatch, **options)
     assert fast == pure
     assert fast_stats == pure_stats
-    assert pure_stats.malformed and pure_stats.skipped and pure_stats.reordered \
-        and pure_stats.late
+    assert pure_stats.malformed and pure_stats.skipped
+    if not options:
+        assert pure_stats.reordered and pure_stats.late
+    if options.get("late") == "drop" and options.get("window") != 30.0:
+        assert pure_stats.dropped
     assert "too-long" in pure_stats.malformed
     # and a truncated last line that is bad
     fast, fast_stats = _read(raw + b"\n1.2.3.4 - - [14/N", "combined", True, monkeypatch)

@@ -6,7 +6,7 @@ from ..policy._engine import Engine
 from ..policy._http import HTTPCheck, HTTPRules
 from ..policy._model import Policies
 from ..testing import ManualClock
-from ._events import LogEvent
+from ._events import LogEvent, ReadStats
 from ._formats import LogFormat
 
 SOURCE_SHA256: str
@@ -19,3 +19,7 @@ def remembering(policies: Policies, rules: HTTPRules, engine: Engine, clock: Man
                 events: Iterable[LogEvent], inputs: Any,
                 one: Callable[[HTTPCheck], Any] | None, box: list[float], replayed: type,
                 cache_size: int) -> Iterator[Any]: ...
+def parsed(lines: Iterable[str], parse: Callable[[str, int], LogEvent | None],
+           stats: ReadStats, too_long: str, too_long_why: str) -> Iterator[LogEvent]: ...
+def reorder(events: Iterable[LogEvent], stats: ReadStats, window: float, drop: bool,
+            max_pending: int) -> Iterator[LogEvent]: ...

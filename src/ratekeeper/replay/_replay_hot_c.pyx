@@ -12,6 +12,8 @@ Two pieces, each the compiled twin of a pure function that stays the reference:
   A line off the common path (no match, a bad time, a status that is not a number) is handed
   to `LogFormat.parse` itself, so whatever it answers or raises is the answer; an unusual
   request line goes to the same `_request` the pure code calls.
+- `parsed(...)` and `reorder(...)`: `LogReader._parsed` and `_order.reorder`, the same
+  steps and the same `ReadStats` counts (`reorder` on the options `LogReader` checked).
 - `remembering(...)`: `_replay._remembering`'s loop, the same steps in the same order
   (the mapping memo, `HTTPRules.map` on a miss, the one-limit fast path, `decide_mapped`
   otherwise), with the named tuples allocated directly.
@@ -23,6 +25,9 @@ from cpython.float cimport PyFloat_FromString
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.unicode cimport PyUnicode_FindChar
 
+import heapq as _heapq
+from collections import deque as _deque
+
 from ..core import run as _run
 from ..policy._decide import HTTPDecision as _HTTPDecision
 from ..policy._decide import decide_mapped as _decide_mapped
@@ -30,6 +35,7 @@ from ..policy._decide import verdict_of as _verdict_of
 from ..policy._http import HTTPCheck as _HTTPCheck
 from ..policy._request import RequestInfo as _RequestInfo
 from ._events import LogEvent as _LogEvent
+from ._formats import BadLine as _BadLine
 from ._formats import LogFormat as _LogFormat
 from ._formats import _LineFields, _request, _split_target, _unescape_cached
 
@@ -306,3 +312,102 @@ def remembering(policies, rules, engine, clock, events, inputs, one, list box, r
         items[0] = <PyObject *>ev
         items[1] = <PyObject *>decision
         yield rk_pack(replayed_t, 2, items)
+
+
+def parsed(lines, parse, stats, too_long, str too_long_why):
+    """`LogReader._parsed`: `lines` (a `_Lines`) through `parse`, counted in `stats`;
+    `too_long` is `TOO_LONG`, `too_long_why` its message."""
+    cdef Py_ssize_t n = 0
+    try:
+        for line in lines:
+            n += 1
+            stats.lines = n
+            try:
+                ev = parse(line, n)
+            except _BadLine as b:
+                if line is too_long:
+                    stats.bad(n, "too-long", too_long_why, "")
+                elif b.skip:
+                    stats.skip(b.reason)
+                else:
+                    stats.bad(n, b.reason, b.why, line)
+                continue
+            if ev is None:
+                stats.skip("blank")
+                continue
+            yield ev
+        tail = lines.tail
+        if tail:
+            n += 1
+            stats.lines = n
+            try:
+                ev = parse(tail, n)
+            except _BadLine as b:
+                stats.bad(n, "truncated", f"the last line has no newline and {b.why}", tail)
+                ev = None
+            if ev is not None:
+                yield ev
+        if lines.error is not None:
+            stats.bad(n + 1, *lines.error, "")
+    finally:
+        stats.lines = n
+
+
+def reorder(events, stats, window, bint drop, Py_ssize_t max_pending):
+    """`_order.reorder(events, stats, window=window, late="drop" if drop else "clamp",
+    max_pending=max_pending)`, its options already checked."""
+    pending = _deque()
+    cdef list heap = []
+    push, pop, append, popleft = _heapq.heappush, _heapq.heappop, pending.append, \
+        pending.popleft
+    cdef Py_ssize_t seq = 0, n = 0
+    hi = last = tail = float("-inf")
+    try:
+        for ev in events:
+            t = ev.t
+            if t < last:
+                stats.late += 1
+                if drop:
+                    stats.dropped += 1
+                    continue
+                ev = ev._replace(t=last)
+                t = last
+            elif t < hi:
+                stats.reordered += 1
+            else:
+                hi = t
+            if t >= tail:
+                append((t, seq, ev))
+                tail = t
+            else:
+                push(heap, (t, seq, ev))
+            seq += 1
+            edge = hi - window
+            while True:
+                if heap and (not pending or heap[0] < pending[0]):
+                    if heap[0][0] > edge and len(heap) + len(pending) <= max_pending:
+                        break
+                    last, _, out = pop(heap)
+                elif pending:
+                    if pending[0][0] > edge and len(pending) + len(heap) <= max_pending:
+                        break
+                    last, _, out = popleft()
+                else:
+                    break
+                if n == 0:
+                    stats.first_t = last
+                n += 1
+                yield out
+        while heap or pending:
+            if heap and (not pending or heap[0] < pending[0]):
+                last, _, out = pop(heap)
+            else:
+                last, _, out = popleft()
+            if n == 0:
+                stats.first_t = last
+            n += 1
+            yield out
+    finally:
+        stats.events += n
+        if n:
+            stats.last_t = last
