@@ -31,9 +31,9 @@ from types import TracebackType
 from typing import IO, Union
 
 from .._errors import ConfigError
+from . import _hot
 from ._events import LogEvent, ReadStats
 from ._formats import COMBINED, COMMON, BadLine, JsonFormat, LineFormat, LogFormat, TraceFormat
-from . import _hot
 from ._hot import parser_of
 from ._order import check_order_options, reorder
 
