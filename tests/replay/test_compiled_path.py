@@ -24,10 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratekeeper.policy._loader import parse_policies_text
+from ratekeeper.policy._request import RequestInfo
 from ratekeeper.replay import _hot, read_log
 from ratekeeper.replay._events import LogEvent, ReadStats
 from ratekeeper.replay._formats import COMBINED, COMMON, BadLine, LogFormat
-from ratekeeper.replay._replay import replay
+from ratekeeper.replay._replay import Replayed, replay
 from ratekeeper.stores.memory import MemoryStore
 from tests.replay.test_fast_path import PER_IP, POLICIES, SYNTHETIC_FORMAT, outcome, synthetic_log
 
@@ -242,6 +243,14 @@ def test_a_compiled_read_gives_the_same_events_and_read_stats(
     assert pure_stats.malformed["truncated"] >= 1
 
 
+def _request_slots(r: Replayed) -> tuple[object, ...] | None:
+    """Every slot of the request a decision was made for, and the request's type."""
+    if r.decision is None:
+        return None
+    req = r.decision.check.request
+    return (type(req), *(getattr(req, n) for n in RequestInfo.__slots__))
+
+
 class _OtherStore(MemoryStore):
     """A memory store that is not exactly one: replay decides through `decide_mapped`."""
 
@@ -280,7 +289,7 @@ def test_a_compiled_replay_decides_each_event_as_the_pure_loop(
         with monkeypatch.context() as m:
             if not compiled:
                 m.setattr(_hot, "COMPILED", None)
-            return [(*outcome(r), r.event) for r in
+            return [(*outcome(r), r.event, _request_slots(r)) for r in
                     replay(policies, evs, store=None if store is None else store())]
 
     fast, pure = run(True), run(False)

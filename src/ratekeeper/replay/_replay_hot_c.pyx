@@ -103,6 +103,7 @@ SOURCE_SHA256 = RK_SOURCE_SHA256.decode()
 
 cdef PyTypeObject *LOG_EVENT = <PyTypeObject *>_LogEvent
 cdef PyTypeObject *LINE_FIELDS = <PyTypeObject *>_LineFields
+cdef PyTypeObject *REQUEST_INFO = <PyTypeObject *>_RequestInfo
 cdef PyTypeObject *HTTP_CHECK = <PyTypeObject *>_HTTPCheck
 cdef PyTypeObject *HTTP_DECISION = <PyTypeObject *>_HTTPDecision
 cdef str ALLOWED = "allowed"
@@ -255,18 +256,38 @@ def remembering(policies, rules, engine, clock, events, inputs, one, list box, r
     decide_one = getattr(store, "decide_one", None)  # used on a MemoryStore only
     set_clock = clock.set
     rules_map = rules.map
+    cdef Py_ssize_t request_at[6]  # RequestInfo's slots, in its __init__'s order
+    for i, name in enumerate(("method", "path", "headers", "peer", "native", "client_ip")):
+        request_at[i] = rk_slot_offset(_RequestInfo.__dict__[name])
+        if request_at[i] < 0:
+            raise TypeError(f"RequestInfo.{name} is not a slot")
+    cdef tuple e
     for ev in events:
-        t = ev.t
+        if type(ev) is _LogEvent:  # its items by position: no descriptor call each
+            e = <tuple>ev
+            t, client, method, path, ev_host, headers = e[0], e[1], e[2], e[3], e[8], e[9]
+        else:
+            t, client, method, path, ev_host, headers = \
+                ev.t, ev.client, ev.method, ev.path, ev.host, ev.headers
         if t > now:  # a clamped late line keeps the clock where it is
             now = t
             set_clock(now)
             box[0] = now
-        h = dict(ev.headers)  # request_of(ev), inline
-        ev_host = ev.host
+        h = dict(headers)  # request_of(ev), inline
         if ev_host and "host" not in h:
             h["host"] = ev_host
-        req = _RequestInfo(ev.method or "GET", ev.path or "/", h, ev.client or None)
-        key = (req.method if by_method else "", req.path if by_path else "", req.peer,
+        method = method or "GET"
+        path = path or "/"
+        peer = client or None
+        # RequestInfo(method, path, h, peer): its __init__'s six stores, without its frame
+        items[0] = <PyObject *>method
+        items[1] = <PyObject *>path
+        items[2] = <PyObject *>h
+        items[3] = <PyObject *>peer
+        items[4] = <PyObject *>None
+        items[5] = <PyObject *>None
+        req = rk_slotted(REQUEST_INFO, 6, request_at, items)
+        key = (method if by_method else "", path if by_path else "", peer,
                h.get(host_h), h.get(fwd_h))
         if rest:
             key += tuple([h.get(n) for n in rest])
