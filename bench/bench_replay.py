@@ -8,9 +8,10 @@ IPv4 and IPv6, ~50 requests per second; ``--gzip``: gzip'd) to a temporary file,
 replays it through one per-client policy (GCRA 5/s, burst 10) on the memory store with
 `ratekeeper.replay.replay` (reading and deciding; ``--plain`` also with every request mapped
 afresh, ``remember=False``, the reference path; ``--compare`` also through `compare`, with
-its tallies) and prints lines/s, the process's peak RSS and the load average (a shared
+its tallies) and prints lines/s, the process's peak RSS, the load average (a shared
 machine's figures move with it; ``--tracemalloc``: tracemalloc's peak of Python allocations,
-in a slower run).
+in a slower run) and which hot path ran (compiled, or pure Python where
+``_replay_hot_c`` is not built or ``RATEKEEPER_PURE_PYTHON=1``).
 
 ``--size-gb G`` streams G GB of such a log instead, generated on the fly by a child process
 into a pipe (no file, no disk), through the same replay: peak RSS stays that of a small log,
@@ -39,7 +40,7 @@ from bench_logs import AGENTS, PATHS, generate
 
 from ratekeeper.policy import parse_policies
 from ratekeeper.policy._model import Policies
-from ratekeeper.replay import Candidate, compare, read_log
+from ratekeeper.replay import Candidate, _hot, compare, read_log
 from ratekeeper.replay._events import LogEvent
 from ratekeeper.replay._replay import replay
 
@@ -86,6 +87,11 @@ def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def path_in_use() -> str:
+    """Which replay hot path runs (`ratekeeper.replay._hot`): the figures depend on it."""
+    return "compiled" if _hot.COMPILED is not None else "pure Python"
+
+
 def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -96,7 +102,8 @@ def stream(policies: Policies, gb: float) -> None:
     child = subprocess.Popen([sys.executable, __file__, "--emit", str(size)],
                              stdout=subprocess.PIPE)
     assert child.stdout is not None
-    print(f"streaming {size / 1e9:g} GB through replay ({load()})", flush=True)
+    print(f"streaming {size / 1e9:g} GB through replay, {path_in_use()} path ({load()})",
+          flush=True)
     t = time.perf_counter()
     with read_log(child.stdout, "combined") as events:
         verdicts = run(policies, events)
@@ -135,7 +142,7 @@ def main() -> int:
         path = Path(d) / ("access.log.gz" if args.gzip else "access.log")
         generate(path, args.lines, compress=args.gzip)
         print(f"{args.lines:,} lines{' gzip' if args.gzip else ''}, "
-              f"{path.stat().st_size / 1e6:.1f} MB; {load()}")
+              f"{path.stat().st_size / 1e6:.1f} MB, {path_in_use()} path; {load()}")
         if args.tracemalloc:
             tracemalloc.start()
         t = time.perf_counter()
