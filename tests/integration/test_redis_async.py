@@ -7,8 +7,10 @@ server, counted by the server's ``total_reads_processed``); a lone check is one 
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,3 +184,42 @@ async def test_bound_hit_decides_as_the_memory_store(target: StoreTarget,
             want = [await on_memory.hit(k, cost) for k in keys]
             assert got == want, i
         assert await store.astate(lim, "b}c%") is not None
+
+
+_PACKED_ARGS = [
+    ("EVALSHA", "f" * 40, 2, "rk:{lim:user=caf\u00e9}", b"rk:{*global*}", "1", 1.5, 10**20,
+     0.1, 1e-7, -3, b"\x00\xff"),
+    ("FUNCTION LOAD", "#!lua name=x\nreturn 1"),  # a command name of two words
+    (b"CONFIG GET", "maxmemory"),
+    ("PING",),
+]
+
+
+async def test_its_connections_pack_commands_with_hiredis_byte_for_byte(
+        target: StoreTarget) -> None:
+    # redis-py's asyncio connections pack commands in Python (~0.5 µs an argument); the
+    # store's pack them with hiredis, as redis-py's sync connections do: the same bytes on
+    # the wire, the same errors, for every node a cluster client finds later too.
+    pytest.importorskip("hiredis")
+    import redis.exceptions  # noqa: PLC0415
+
+    async with open_store(target, client_clock=True) as store:
+        limiter = AsyncLimiter(Limit("gcra", "5/s", burst=2), store, clock=ManualClock(0.0),
+                               failure="raise")
+        assert [(await limiter.hit(f"k{i}")).allowed for i in range(3)] == [True] * 3
+        client: Any = store._client
+        classes = ([client.connection_pool.connection_class]
+                   if hasattr(client, "connection_pool")
+                   else [n.connection_class for n in client.get_nodes()])
+        assert classes
+        for cls in classes:
+            base = cls.__mro__[1]  # the class redis-py chose (plain, TLS, sentinel, unix)
+            assert cls.pack_command is not base.pack_command, cls
+            conn = cls()
+            for args in _PACKED_ARGS:
+                assert b"".join(conn.pack_command(*args)) == \
+                    b"".join(base.pack_command(conn, *args)), args
+            for bad in (True, None):
+                for pack in (conn.pack_command, functools.partial(base.pack_command, conn)):
+                    with pytest.raises(redis.exceptions.DataError):
+                        pack("SET", bad)
