@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratekeeper.policy._engine import InvalidRequest
+from ratekeeper.policy._envoy_config import parse_envoy_config
 from ratekeeper.policy._loader import parse_policies_text
 from ratekeeper.service import Engine, UnknownDomain, _grpc
 from ratekeeper.service._grpc import LimitHeaders, parse_request, response_for
@@ -573,3 +574,44 @@ def test_a_remembered_answer_is_the_messages_own_bytes(parts: _grpc.ResponsePart
     assert [(s.code, s.limit_remaining) for s in back.statuses] == [
         (s[0], s[2]) for s in parts[1]]
     assert [(h.key, h.value) for h in back.response_headers_to_add] == list(parts[2])
+
+
+class InProcessYaml(InProcess):
+    """`InProcess` on an envoyproxy/ratelimit YAML config (and Envoy overrides allowed)."""
+
+    def __init__(self, text: str) -> None:
+        snap = parse_envoy_config([("inline.yaml", text)])
+        self.clock = ManualClock(1_700_000_000.0)  # Unix time: windows end on the minute
+        self.engine = Engine(lambda: snap, MemoryStore(), clock=self.clock)
+
+
+def test_zero_requests_per_unit_names_its_limit_and_the_window_end_as_the_go_service() -> None:
+    # envoyproxy/ratelimit src/limiter/base_limiter.go GetResponseDescriptorStatus: a limit
+    # of 0 requests per unit is over (0 > 0 is false only for 0 hits) and its status still
+    # carries current_limit {0, unit, name}, limit_remaining 0 and CalculateReset's
+    # `unit - now % unit`.
+    call = InProcessYaml("domain: g\ndescriptors:\n  - key: blocked\n    rate_limit:\n"
+                         "      unit: minute\n      requests_per_unit: 0\n"
+                         "      name: nobody\n")
+    call.clock.set(1_700_000_000.0 + 17.5)  # 1_700_000_000 is 20 s into its minute
+    resp = one(call, ("blocked", "x"))
+    st = resp.statuses[0]
+    assert resp.overall_code == OVER and st.code == OVER
+    assert (st.current_limit.requests_per_unit, st.current_limit.unit,
+            st.current_limit.name) == (0, Unit.MINUTE, "nobody")
+    assert st.limit_remaining == 0
+    assert st.duration_until_reset == datetime.timedelta(seconds=60 - 37)
+    # 0 hits: a look, OK (0 > 0 is false), with the same limit and reset.
+    look = call(RateLimitRequest(domain="g", descriptors=[
+        descriptor(("blocked", "x"), hits=0)]))
+    assert look.overall_code == OK and look.statuses[0].code == OK
+    assert look.statuses[0].current_limit.unit == Unit.MINUTE
+    assert look.statuses[0].duration_until_reset == datetime.timedelta(seconds=23)
+    # An Envoy override of 0 per hour: the same, in its unit (no name: an override has none).
+    over = call(RateLimitRequest(domain="g", descriptors=[
+        descriptor(("any", "y"), override=(0, Unit.HOUR))]))
+    ost = over.statuses[0]
+    assert over.overall_code == OVER
+    assert (ost.current_limit.requests_per_unit, ost.current_limit.unit,
+            ost.current_limit.name) == (0, Unit.HOUR, "")
+    assert ost.duration_until_reset == datetime.timedelta(seconds=3600 - 1_700_000_017 % 3600)

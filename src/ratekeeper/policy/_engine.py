@@ -729,7 +729,7 @@ class Engine:
             rate = Rate(o.requests_per_unit, float(UNIT_SECONDS[o.unit]))
             limits = (PolicyLimit(Limit("fixed-window", rate,
                                         name=f"{domain}.override/{o.unit}")),)
-        rule = Rule(domain, OVERRIDE_RULE, (), limits)
+        rule = Rule(domain, OVERRIDE_RULE, (), limits, zero_unit="" if limits else o.unit)
         cache[spec] = rule
         if len(cache) > OVERRIDE_CACHE_SIZE:
             cache.popitem(last=False)

@@ -472,9 +472,10 @@ class _Builder:
                     ok = False
         if not ok:
             return None
+        zero_unit = unit.lower() if not (limits or unlimited) and unit else ""
         rule = Rule(ctx.name, rname, path, limits, unlimited=unlimited, shadow_mode=shadow,
                     location=f"{file}: {loc}", label=label, replaces=tuple(replaces),
-                    detailed_metric=detailed)
+                    detailed_metric=detailed, zero_unit=zero_unit)
         ctx.rules.append(rule)
         return rule
 

@@ -74,6 +74,10 @@ class Rule:
     #: This rule's store failure policy (None: the ``[service]`` one): a login limit fails
     #: closed while the rest fail open.
     failure: FailurePolicy | None = None
+    #: The unit of a rule of 0 requests per unit (envoyproxy/ratelimit's always over the
+    #: limit, keeping no counter: `limits` is empty): ``"minute"`` etc. The Envoy answer
+    #: still names that limit, ``current_limit {0, unit}`` with the time to its window's end.
+    zero_unit: str = ""
     #: The `Limit` of each of `limits` (for the engine, which reads them on every check).
     limit_objs: tuple[Limit, ...] = field(init=False, repr=False, default=())
 

@@ -219,6 +219,13 @@ def response_parts(result: CheckResult, limit_headers: LimitHeaders | None = Non
         if lim is not None:
             rpu, unit = _rate_unit(lim)
             current = (rpu, unit, _label(s, lim))
+        elif s.rule is not None and s.rule.zero_unit:
+            # 0 requests per unit: the Go service names that limit and its window's end
+            # (base_limiter.go, generateResponseDescriptorStatus with CalculateReset).
+            zero = s.rule.zero_unit
+            statuses.append((code, (0, _RL.Unit.Value(zero.upper()), s.rule.label), 0,
+                             _window_end(UNIT_SECONDS[zero], now)))
+            continue
         remaining = UINT32_MAX if s.outcome == "unlimited" else 0
         if not over and s.outcome != "shadow_rejected":
             remaining = min(max(int(d.remaining), 0), UINT32_MAX)
@@ -231,6 +238,14 @@ def response_parts(result: CheckResult, limit_headers: LimitHeaders | None = Non
     headers = tuple(result_headers(result)) if limit_headers is None \
         else limit_headers.pick(parts)
     return _OK if result.allowed else _OVER_LIMIT, parts, headers
+
+
+def _window_end(period: int, now: float | None) -> int:
+    """Whole seconds to the end of a `period`-second window at `now` (0 without a clock),
+    as envoyproxy/ratelimit's ``CalculateReset``: ``unit - now % unit`` on whole seconds."""
+    if now is None:
+        return 0
+    return int(period - int(now) % period)
 
 
 def response_of(parts: ResponseParts) -> rls_pb2.RateLimitResponse:
