@@ -19,6 +19,7 @@ import pytest
 from ratekeeper.cli import main
 from ratekeeper.policy._engine import CheckResult
 from ratekeeper.policy._envoy_config import load_envoy_config, parse_envoy_config
+from ratekeeper.policy._loader import parse_policies_text
 from ratekeeper.policy._model import Policies, PolicyError
 from ratekeeper.service import Engine, check_file, load_policies, make_descriptor
 from ratekeeper.stores.memory import MemoryStore
@@ -223,6 +224,55 @@ def test_wildcards_match_as_the_go_service(entries: list[tuple[str, str]],
         assert rule is None
     else:
         assert rule is not None and rule.path[-1] == (entries[-1][0], pattern)
+
+
+_COMPOSITE = """
+domain: d
+descriptors:
+  - key: a
+    value: "b*"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: a_b
+    value: c
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: x_y
+    rate_limit: {unit: minute, requests_per_unit: 3}
+"""
+
+
+@pytest.mark.parametrize(("entries", "matched"), [
+    ([("a", "bz")], ("a", "b*")),       # the ordinary reading
+    ([("a_b", "c")], ("a_b", "c")),
+    ([("a", "b_c")], ("a_b", "c")),     # "a_b_c": the Go service's exact name for a_b=c
+    ([("a_b", "z")], ("a", "b*")),      # "a_b_z" starts with "a_b": the pattern a_b* matches
+    ([("x", "y")], ("x_y", None)),      # "x_y", the name of the default rule of key x_y
+    ([("x_y", "anything")], ("x_y", None)),
+    ([("x", "z")], None),
+])
+def test_yaml_descriptors_match_on_key_value_as_the_go_service(
+        entries: list[tuple[str, str]], matched: tuple[str, str | None] | None) -> None:
+    # envoyproxy/ratelimit src/config/config_impl.go GetLimit: an entry is looked up as
+    # key + "_" + value in the map of `key` / `key_value` names, then against the wildcard
+    # patterns (`key_value` with a '*') in file order, then as `key`. A TOML file matches key
+    # and value apart.
+    rule = yaml_policies(_COMPOSITE).domains["d"].match(entries)
+    assert (None if rule is None else rule.path[-1]) == matched
+    toml = parse_policies_text(
+        '[[domains.d.descriptors]]\nkey = "a"\nvalue = "b*"\nlimits = [{ rate = "1/minute" }]'
+        '\n[[domains.d.descriptors]]\nkey = "x_y"\nlimits = [{ rate = "3/minute" }]')
+    got = toml.domains["d"].match(entries)
+    assert (None if got is None else got.path[-1]) == (
+        ("a", "b*") if entries[0][0] == "a" and entries[0][1].startswith("b")
+        else ("x_y", None) if entries[0][0] == "x_y" else None)
+
+
+def test_two_yaml_descriptors_of_one_key_value_name_are_refused_as_the_go_service() -> None:
+    # config_impl.go loadDescriptors: "duplicate descriptor composite key".
+    with pytest.raises(PolicyError) as info:
+        yaml_policies("domain: d\ndescriptors:\n  - key: a\n    value: b_c\n"
+                      "  - key: a_b\n    value: c\n")
+    assert "duplicate descriptor key 'a_b' value 'c': already defined at descriptors[0] " \
+        "as key 'a' value 'b_c': both are 'a_b_c'" in str(info.value)
 
 
 async def test_values_matched_by_a_plain_wildcard_keep_a_counter_each() -> None:

@@ -66,6 +66,7 @@ from ._rules import (
     Node,
     PolicyLimit,
     Rule,
+    composite_key,
     make_level,
 )
 
@@ -323,17 +324,19 @@ class _Builder:
               path: tuple[tuple[str, str | None], ...],
               shared: tuple[bool, ...]) -> Level:
         nodes: list[Node] = []
-        seen: dict[tuple[str, str | None], str] = {}
+        # composite key -> (key, value), where
+        seen: dict[str, tuple[tuple[str, str | None], str]] = {}
         for file, loc, item in items:
             self.file = file
             node = self.descriptor(ctx, loc, item, path, parent_shared=shared, seen=seen)
             if node is not None:
                 nodes.append(node)
-        return make_level(nodes)  # wildcards in file order, as envoyproxy/ratelimit
+        # matched on composite keys, wildcards in file order, as envoyproxy/ratelimit
+        return make_level(nodes, composite=True)
 
     def descriptor(self, ctx: _DomainCtx, loc: str, item: yaml.MappingNode,
                    parent: tuple[tuple[str, str | None], ...], *, parent_shared: tuple[bool, ...],
-                   seen: dict[tuple[str, str | None], str]) -> Node | None:
+                   seen: dict[str, tuple[tuple[str, str | None], str]]) -> Node | None:
         fields = dict(self.items(loc, item, _DESCRIPTOR_KEYS))
         knode = fields.get("key")
         key = None if knode is None else self.text(_join(loc, "key"), knode)
@@ -349,13 +352,18 @@ class _Builder:
         vnode = fields.get("value")
         value = None if vnode is None else self.text(_join(loc, "value"), vnode)
         value = value or None  # an empty value is no value (a default rule), as Go reads it
-        ident = (key, value)
+        ident = composite_key(key, value)  # the Go service's name for it at this level
         if ident in seen:
+            first, where = seen[ident]
             self.err(loc, item, f"duplicate descriptor key {key!r}"
                      + (f" value {value!r}" if value is not None else " (no value)")
-                     + f": already defined at {seen[ident]}")
+                     + f": already defined at {where}"
+                     + ("" if first == (key, value) else
+                        f" as key {first[0]!r}" + (f" value {first[1]!r}" if first[1] else "")
+                        + f": both are {ident!r} to envoyproxy/ratelimit, which names a "
+                        "descriptor key_value"))
             return None
-        seen[ident] = loc if self.file == ctx.file else f"{self.file}: {loc}"
+        seen[ident] = ((key, value), loc if self.file == ctx.file else f"{self.file}: {loc}")
         path = (*parent, (key, value))
         flags = {k: self.flag(_join(loc, k), fields[k])
                  for k in ("shadow_mode", "quota_mode", "detailed_metric", "value_to_metric",

@@ -137,10 +137,27 @@ class Level:
         default_factory=lambda: MappingProxyType({})
     )
     default: Mapping[str, Node] = field(default_factory=lambda: MappingProxyType({}))
+    #: envoyproxy/ratelimit's matching (a YAML level; None for TOML): its map of composite
+    #: keys, ``key`` or ``key_value``, and its wildcard patterns on ``key_value`` in file
+    #: order, split on ``*``.
+    composite: Mapping[str, Node] | None = None
+    composite_patterns: tuple[tuple[tuple[str, ...], Node], ...] = ()
 
     def find(self, key: str, value: str) -> Node | None:
         """The node for one entry: exact value, else the first matching wildcard, else
         default."""
+        composite = self.composite
+        if composite is not None:
+            # As the Go service (GetLimit in src/config/config_impl.go): "key_value", else
+            # the first wildcard matching "key_value", else "key".
+            final = key + "_" + value
+            node = composite.get(final)
+            if node is not None:
+                return node
+            for parts, n in self.composite_patterns:
+                if wildcard_match(parts, final):
+                    return n
+            return composite.get(key)
         node = self.exact.get((key, value))
         if node is not None:
             return node
@@ -155,10 +172,19 @@ class Level:
 _EMPTY_LEVEL = Level()
 
 
+def composite_key(key: str, value: str | None) -> str:
+    """envoyproxy/ratelimit's name of a configured descriptor at its level: ``key``, or
+    ``key_value`` when it has a value (two descriptors of one name are an error there)."""
+    return key if value is None else f"{key}_{value}"
+
+
 def make_level(nodes: Sequence[Node],
-               order: Callable[[tuple[str, ...]], int] | None = None) -> Level:
+               order: Callable[[tuple[str, ...]], int] | None = None, *,
+               composite: bool = False) -> Level:
     """A `Level` of `nodes` (file order): a value with a ``*`` is a wildcard pattern, tried
-    in file order, or sorted by `order` of its parts (stable: ties keep file order)."""
+    in file order, or sorted by `order` of its parts (stable: ties keep file order).
+    `composite`: matched as envoyproxy/ratelimit matches (`Level.composite`); the names
+    (`composite_key`) must then be distinct."""
     exact: dict[tuple[str, str], Node] = {}
     patterns: dict[str, list[tuple[tuple[str, ...], Node]]] = {}
     default: dict[str, Node] = {}
@@ -172,9 +198,15 @@ def make_level(nodes: Sequence[Node],
     if order is not None:
         key = order
         patterns = {k: sorted(v, key=lambda p: key(p[0])) for k, v in patterns.items()}
+    names: Mapping[str, Node] | None = None
+    wildcards: tuple[tuple[tuple[str, ...], Node], ...] = ()
+    if composite:
+        names = MappingProxyType({composite_key(n.key, n.value): n for n in nodes})
+        wildcards = tuple((tuple(composite_key(n.key, n.value).split("*")), n) for n in nodes
+                          if n.value is not None and "*" in n.value)
     return Level(tuple(nodes), MappingProxyType(exact),
                  MappingProxyType({k: tuple(v) for k, v in patterns.items()}),
-                 MappingProxyType(default))
+                 MappingProxyType(default), names, wildcards)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
