@@ -8,14 +8,11 @@ warning) -> the pure path.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-from ..stores._memory_hot import PURE_PYTHON_ENV
+from .._compiled import twin
 from ._events import LogEvent
 from ._formats import LineFormat, LogFormat
 
@@ -24,21 +21,7 @@ __all__ = ["COMPILED", "parser_of"]
 
 def _compiled() -> ModuleType | None:
     """The compiled module, or None: not built, switched off, or older than its source."""
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-        return None
-    try:
-        from . import _replay_hot_c  # noqa: PLC0415  (optional: built where it can be)
-    except ImportError:
-        return None
-    source = Path(__file__).with_name("_replay_hot_c.pyx")
-    # A checkout edited since its last build would otherwise run the old code unnoticed.
-    if source.exists() and hashlib.sha256(source.read_bytes()).hexdigest() \
-            != _replay_hot_c.SOURCE_SHA256:
-        warnings.warn(f"{_replay_hot_c.__file__} was built from an older {source.name}; "
-                      "using the pure-Python replay path (rebuild: pip install -e .)",
-                      RuntimeWarning, stacklevel=2)
-        return None
-    return _replay_hot_c
+    return twin(f"{__package__}._replay_hot_c", Path(__file__).with_name("_replay_hot_c.pyx"))
 
 
 #: The compiled module in use (None: the pure Python runs).

@@ -21,14 +21,12 @@ The rules every builder follows:
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from .._compiled import PURE_PYTHON_ENV, twin
 from .._types import Decision, Limit
 from ..algorithms._common import EPS, FLOAT_DRIFT, NS_TOLERANCE, new_decision
 from ._base import Check, HitHooks
@@ -231,29 +229,11 @@ HOT: dict[str, Builder] = {
 }
 
 
-#: Set this environment variable (to anything but ``""`` or ``"0"``) to run the pure-Python hot
-#: paths even where the compiled ones are built.
-PURE_PYTHON_ENV = "RATEKEEPER_PURE_PYTHON"
-
-
 def _compiled() -> tuple[dict[str, Builder], dict[str, AtBuilder], DecideAll] | None:
     """The compiled twin's builders (`_memory_hot_c`, built at install time where a C compiler
-    is there), or None: not built, switched off, or older than its source."""
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-        return None
-    try:
-        from . import _memory_hot_c  # noqa: PLC0415  (optional: built where it can be)
-    except ImportError:
-        return None
-    source = Path(__file__).with_name("_memory_hot_c.pyx")
-    # A checkout edited since its last build would otherwise run the old code unnoticed.
-    if source.exists() and hashlib.sha256(source.read_bytes()).hexdigest() \
-            != _memory_hot_c.SOURCE_SHA256:
-        warnings.warn(f"{_memory_hot_c.__file__} was built from an older {source.name}; "
-                      "using the pure-Python hot path (rebuild: pip install -e .)",
-                      RuntimeWarning, stacklevel=2)
-        return None
-    return _memory_hot_c.HOT, _memory_hot_c.AT, _memory_hot_c.decide_all
+    is there), or None: not built, switched off, or older than its source (`_compiled.twin`)."""
+    c = twin(f"{__package__}._memory_hot_c", Path(__file__).with_name("_memory_hot_c.pyx"))
+    return None if c is None else (c.HOT, c.AT, c.decide_all)
 
 
 _BUILT = _compiled()
