@@ -1,14 +1,15 @@
-"""Build hook: compile the memory store's hot path (`_memory_hot_c.pyx`) where it can be.
+"""Build hook: compile the hot paths' twins where it can (`SOURCES`: the memory store's
+`_memory_hot_c.pyx`, replay's `_replay_hot_c.pyx`).
 
-The compiled module is optional. Without Cython, a C compiler or Python's headers the build
-says why and goes on: the package is then pure Python and decides the same (the pure hot path,
-`_memory_hot.py`, is the reference the compiled one is tested against). Set
-``RATEKEEPER_NO_EXTENSIONS=1`` to skip compiling; ``RATEKEEPER_REQUIRE_EXTENSIONS=1`` (CI) to
-make a failed compile fail the build.
+The compiled modules are optional. Without Cython, a C compiler or Python's headers the build
+says why and goes on: the package is then pure Python and decides the same (the pure code,
+`_memory_hot.py` and replay's `LogFormat.parse` and loops, is the reference the compiled one is
+tested against). Set ``RATEKEEPER_NO_EXTENSIONS=1`` to skip compiling;
+``RATEKEEPER_REQUIRE_EXTENSIONS=1`` (CI) to make a failed compile fail the build.
 
-The module is built in place, beside its source, so an editable install uses it too; it
-carries the sha256 of the source it was built from, and `_memory_hot` ignores (with a
-warning) a build older than its source.
+Each module is built in place, beside its source, so an editable install uses it too; it
+carries the sha256 of the source it was built from, and `ratekeeper._compiled.twin` ignores
+(with a warning) a build older than its source.
 """
 
 from __future__ import annotations
