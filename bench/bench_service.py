@@ -22,6 +22,11 @@ the same bare servers making, per request, one ``EVALSHA`` of ``return 1`` throu
 client the Redis store builds (the transport of a Redis decision: the request in, one round
 trip to Redis, the answer out).
 
+By default each client sends as fast as it is answered (a closed loop: the service saturates a
+core, and a busier server batches more calls per wake-up); ``--rate N`` offers the same N
+decisions per second to every scenario instead (an open loop, as a service that is not at its
+limit sees traffic), so that each is measured under the same load.
+
 Each check carries one descriptor ``[user=<one of --users>]`` against a GCRA limit of
 1000/s per user (nearly all admitted) plus a global token bucket: a composite decision of
 two limits, all-or-nothing, as a typical edge policy. The service's own CPU time per
@@ -33,6 +38,7 @@ service share a small machine (they compete for the same cores).
     .venv/bin/python bench/bench_service.py --seconds 0 --requests 40 --warmup 0 \
         --redis none                                               # smoke: 40 per scenario
     .venv/bin/python bench/bench_service.py --json bench/results/service.json
+    .venv/bin/python bench/bench_service.py --rate 2000   # the same load offered to each
 
 ``--redis auto`` (the default) starts a throw-away ``redis-server`` (tests/servers.py) if the
 binary and ratekeeper's Redis store are available; ``--redis URL`` uses yours (keys go under
@@ -348,7 +354,7 @@ async def _http_worker(port: int, users: int, until: Until, lat: list[float],
     n = 0
     perf = time.perf_counter
     try:
-        while until.more():
+        while await until.go():
             body = _body(rnd.randrange(users))
             req = (b"POST /v1/check HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json"
                    b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -389,7 +395,7 @@ async def _grpc_workers(port: int, users: int, until: Until, concurrency: int,
         async def worker() -> None:
             rnd = random.Random()
             perf = time.perf_counter
-            while until.more():
+            while await until.go():
                 data = pool[rnd.randrange(len(pool))]
                 t0 = perf()
                 try:
@@ -404,15 +410,32 @@ async def _grpc_workers(port: int, users: int, until: Until, concurrency: int,
 class Until:
     """When a client's connections stop: once the deadline has passed *and* at least
     `requests` were sent (counted when sent, so all connections together send exactly
-    `requests` when the deadline is already past: the work asked for, whatever the time)."""
+    `requests` when the deadline is already past: the work asked for, whatever the time).
 
-    def __init__(self, deadline: float, requests: int) -> None:
+    With a `rate` (requests per second, this client's share), `go` also paces the sends: the
+    n-th waits for its slot, ``start + n / rate`` (an open-loop load: a server that keeps up
+    is offered the same calls per second whatever its speed; one that does not gets them as
+    fast as it answers)."""
+
+    def __init__(self, deadline: float, requests: int, rate: float = 0.0) -> None:
         self.deadline = deadline
         self.left = requests
+        self.interval = 1.0 / rate if rate > 0 else 0.0
+        self.next = time.perf_counter()
 
     def more(self) -> bool:
         self.left -= 1
         return self.left >= 0 or time.perf_counter() < self.deadline
+
+    async def go(self) -> bool:
+        if not self.more():
+            return False
+        if self.interval:
+            slot, self.next = self.next, self.next + self.interval
+            wait = slot - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        return True
 
 
 def client_main(args: argparse.Namespace) -> None:
@@ -420,7 +443,7 @@ def client_main(args: argparse.Namespace) -> None:
     lat: list[float] = []
     errors: list[str] = []
     start = time.perf_counter()
-    until = Until(start + args.seconds, args.requests)
+    until = Until(start + args.seconds, args.requests, args.rate)
 
     async def run() -> None:
         if args.client == "http":
@@ -436,11 +459,11 @@ def client_main(args: argparse.Namespace) -> None:
 
 
 def _drive(kind: str, port: int, seconds: float, clients: int, concurrency: int,
-           users: int, requests: int = 0) -> dict[str, Any]:
+           users: int, requests: int = 0, rate: float = 0.0) -> dict[str, Any]:
     per_client = -(-requests // clients)  # at least `requests` in all
     cmd = [sys.executable, __file__, "--client", kind, "--port", str(port), "--seconds",
            str(seconds), "--concurrency", str(concurrency), "--users", str(users),
-           "--requests", str(per_client)]
+           "--requests", str(per_client), "--rate", str(rate / clients)]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE) for _ in range(clients)]
     # No time limit with --requests: the work asked for decides when a client is done.
     limit = None if requests else seconds + 60
@@ -491,6 +514,9 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=16,
                    help="connections (http) or calls in flight (grpc) per client")
     p.add_argument("--users", type=int, default=10_000, help="distinct keys")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="offer this many decisions per second in all (an open-loop load, "
+                        "the same for every scenario); 0 (default): as fast as answered")
     p.add_argument("--redis", default="auto", help="auto, none or a redis:// URL")
     p.add_argument("--only", default="", help="comma-separated scenario names")
     p.add_argument("--workers", type=int, default=2,
@@ -526,11 +552,12 @@ def main() -> None:
 
         def measure(name: str, kind: str, server: Any, port: int) -> None:
             if args.warmup > 0:
-                _drive(kind, port, args.warmup, args.clients, args.concurrency, args.users)
+                _drive(kind, port, args.warmup, args.clients, args.concurrency, args.users,
+                       rate=args.rate)
             cpu0 = server.cpu_seconds()
             t0 = time.perf_counter()
             run = _drive(kind, port, args.seconds, args.clients, args.concurrency, args.users,
-                         args.requests)
+                         args.requests, args.rate)
             wall = time.perf_counter() - t0
             cpu = server.cpu_seconds() - cpu0
             lat = run["lat_us"]
@@ -602,10 +629,11 @@ def main() -> None:
     env = {"python": platform.python_version(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "seconds": args.seconds,
            "requests": args.requests, "clients": args.clients,
-           "concurrency": args.concurrency, "users": args.users}
+           "concurrency": args.concurrency, "users": args.users, "rate": args.rate}
     span = f"{args.seconds:g} s" + (f" and {args.requests} requests" if args.requests else "")
+    offered = f"{args.rate:,.0f} decisions/s offered" if args.rate else "as fast as answered"
     print(f"\n# ratekeeper serve on loopback: {args.clients} client process(es) x "
-          f"{args.concurrency} in flight, at least {span} per scenario, "
+          f"{args.concurrency} in flight ({offered}), at least {span} per scenario, "
           f"{env['cpus']} CPUs, load average {env['loadavg'][0]:.1f} at the end")
     print("| scenario | decisions/s | p50 ms | p99 ms | p99.9 ms | server CPU us/decision "
           "| x floor | errors |")
