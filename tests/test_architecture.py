@@ -33,7 +33,7 @@ GENERATED = ("ratekeeper.service.proto",)
 ROOMS: dict[str, str] = {
     "ratekeeper._types": "values", "ratekeeper._rates": "values",
     "ratekeeper._errors": "values", "ratekeeper._json": "values",
-    "ratekeeper._compiled": "values",
+    "ratekeeper._compiled": "values", "ratekeeper._memo": "values",
     "ratekeeper.testing": "values",
     "ratekeeper.algorithms": "algorithms",
     "ratekeeper.stores": "stores",

@@ -47,6 +47,7 @@ from typing import Literal, NamedTuple
 
 from .. import core
 from .._errors import InvalidCost, RateKeeperError, StoreError
+from .._memo import Memo
 from .._rates import Rate
 from .._types import Decision, Limit
 from ..core import FailurePolicy, merge_decisions
@@ -278,7 +279,8 @@ class Engine:
         self._simple: dict[tuple[object, ...],
                            tuple[Policies, tuple[list[Check], tuple[Limit, ...]]]] = {}
         #: `plan`'s checks before the store calls, by (snapshot, domain, hits, descriptors).
-        self._plans: dict[tuple[object, ...], tuple[Policies, _Prepared]] = {}
+        self._plans: Memo[tuple[object, ...], tuple[Policies, _Prepared]] = \
+            Memo(SIMPLE_CACHE_SIZE)
         # The exact MemoryStore (not a subclass, which may override its async methods alone)
         # is driven with plain calls: the same answers, without a coroutine per store call.
         self._awaits_nothing = type(store) is MemoryStore
@@ -444,9 +446,7 @@ class Engine:
                         failures[k] = own_failure
                 plans.append((rule, keys, is_shadow, False))
             if memo is not None:
-                if len(self._plans) >= SIMPLE_CACHE_SIZE:
-                    self._plans.clear()
-                self._plans[memo] = (snap, (plans, enforced, failures, shadow, dict(looks)))
+                self._plans.put(memo, (snap, (plans, enforced, failures, shadow, dict(looks))))
 
         now = self.clock()
         if len(plans) == 1 and enforced and not shadow and not looks and not failures:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from .._memo import Memo
 from .._types import Limit
 from ..core import merge_decisions
 from ..http.headers import _ceil_seconds, ratelimit_headers, rejection_headers, sf_string
@@ -55,25 +56,24 @@ class Service:
 class Remembered(Generic[K, V]):
     """`make(key)`, remembered per key: for pure functions of what a client sends (its
     request's bytes, an answer's parts), which a returning client sends again. At most
-    `size` entries (cleared when full: no bookkeeping per hit); keys whose ``len`` is over
-    `max_len` are made afresh each time. `make` raising is never remembered, so a bad
+    `size` entries (a `ratekeeper._memo.Memo`); keys whose ``len`` is over `max_len` are
+    made afresh each time. `make` raising is never remembered, so a bad
     request is refused each time it comes."""
 
-    __slots__ = ("_make", "_max_len", "_memo", "_size")
+    __slots__ = ("_get", "_make", "_max_len", "_memo")
 
     def __init__(self, make: Callable[[K], V], *, size: int = 10_000,
                  max_len: int = 512) -> None:
-        self._make, self._size, self._max_len = make, size, max_len
-        self._memo: dict[K, V] = {}
+        self._make, self._max_len = make, max_len
+        self._memo: Memo[K, V] = Memo(size)  # bounded as `ratekeeper._memo` says why
+        self._get = self._memo.get
 
     def __call__(self, key: K) -> V:
-        got = self._memo.get(key)
+        got = self._get(key)
         if got is None:
             got = self._make(key)
             if len(key) <= self._max_len:  # type: ignore[arg-type]
-                if len(self._memo) >= self._size:
-                    self._memo.clear()
-                self._memo[key] = got
+                self._memo.put(key, got)
         return got
 
     def __len__(self) -> int:
