@@ -222,3 +222,19 @@ def test_one_descriptor_answers_as_the_general_path(snap: Policies, shapes: list
         assert b.statuses[1].outcome == "unmatched"
         assert _summary(a) == _summary(b._replace(statuses=b.statuses[:1])), entries
         assert _summary(c) == _summary(a), entries
+
+
+def test_a_reload_forgets_the_old_snapshots_plans() -> None:
+    # A full memo keeps its entries (ratekeeper._memo.Memo); those of a snapshot no longer
+    # served would keep the new one's plans out, so a new snapshot starts it afresh.
+    a = parse_policies_text('[[domains.d.descriptors]]\nkey = "user"\n'
+                            'limits = [{ algorithm = "fixed-window", rate = "2/hour" }]')
+    b = parse_policies_text('[[domains.d.descriptors]]\nkey = "user"\n'
+                            'limits = [{ algorithm = "fixed-window", rate = "3/hour" }]')
+    engine = Engine(lambda: a, MemoryStore(), clock=ManualClock(0.0))
+    engine._plans.size = 2
+    for user in ("u", "v", "w"):  # the third is refused: full
+        core.run(engine.plan(a, "d", [make_descriptor([("user", user)])]))
+    assert len(engine._plans) == 2
+    core.run(engine.plan(b, "d", [make_descriptor([("user", "u")])]))
+    assert [got[0] for got in engine._plans.values()] == [b]

@@ -281,6 +281,7 @@ class Engine:
         #: `plan`'s checks before the store calls, by (snapshot, domain, hits, descriptors).
         self._plans: Memo[tuple[object, ...], tuple[Policies, _Prepared]] = \
             Memo(SIMPLE_CACHE_SIZE)
+        self._plans_of: Policies | None = None  # the snapshot `_plans` holds plans of
         # The exact MemoryStore (not a subclass, which may override its async methods alone)
         # is driven with plain calls: the same answers, without a coroutine per store call.
         self._awaits_nothing = type(store) is MemoryStore
@@ -446,6 +447,9 @@ class Engine:
                         failures[k] = own_failure
                 plans.append((rule, keys, is_shadow, False))
             if memo is not None:
+                if self._plans_of is not snap:  # a reload: the old snapshot's plans are dead
+                    self._plans.clear()
+                    self._plans_of = snap
                 self._plans.put(memo, (snap, (plans, enforced, failures, shadow, dict(looks))))
 
         now = self.clock()
