@@ -615,3 +615,18 @@ def test_zero_requests_per_unit_names_its_limit_and_the_window_end_as_the_go_ser
     assert (ost.current_limit.requests_per_unit, ost.current_limit.unit,
             ost.current_limit.name) == (0, Unit.HOUR, "")
     assert ost.duration_until_reset == datetime.timedelta(seconds=3600 - 1_700_000_017 % 3600)
+
+
+def test_zero_requests_per_unit_in_shadow_mode_is_answered_ok_as_the_go_service() -> None:
+    # base_limiter.go GetResponseDescriptorStatus: over the limit, then OK in shadow mode (a
+    # rule's own shadow_mode); global shadow mode keeps the descriptor's OVER_LIMIT and
+    # answers OK overall, as for any limit.
+    call = InProcessYaml("domain: g\ndescriptors:\n  - key: blocked\n    shadow_mode: true\n"
+                         "    rate_limit:\n      unit: minute\n      requests_per_unit: 0\n")
+    resp = one(call, ("blocked", "x"))
+    assert resp.overall_code == OK and resp.statuses[0].code == OK
+    assert resp.statuses[0].current_limit.unit == Unit.MINUTE
+    shadowed = InProcess("shadow_mode = true")
+    over = shadowed(RateLimitRequest(domain="g", descriptors=[
+        descriptor(("any", "y"), override=(0, Unit.HOUR))]))
+    assert over.overall_code == OK and over.statuses[0].code == OVER

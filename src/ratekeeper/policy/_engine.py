@@ -405,7 +405,9 @@ class Engine:
                 rule = matched[i]
                 look = d.hits == 0
                 if rule is None or rule.unlimited or not rule.limits:
-                    plans.append((rule, [], False, look))
+                    # (a rule of 0 requests per unit is shadowed as any: answered OK)
+                    plans.append((rule, [], rule is not None and not rule.unlimited
+                                  and (global_shadow or rule.shadow_mode), look))
                     continue
                 is_shadow = global_shadow or rule.shadow_mode
                 if look:
@@ -516,8 +518,12 @@ class Engine:
                                                                            0.0, None)))
                 stats.decision(domain, rule.name, "", "allowed")
                 continue
-            if not rule.limits:  # an Envoy override of 0 requests per unit: always over
+            if not rule.limits:  # 0 requests per unit (or such an override): always over
                 never = Decision(False, 0, None, 0.0, 0.0, None)
+                if plan_shadow:  # as envoyproxy/ratelimit: over, and answered OK in shadow
+                    statuses.append(DescriptorStatus("shadow_rejected", rule, never))
+                    stats.decision(domain, rule.name, "", "shadow_rejected")
+                    continue
                 statuses.append(DescriptorStatus("rejected", rule, never))
                 deciding.append(never)
                 stats.decision(domain, rule.name, "", "rejected")
