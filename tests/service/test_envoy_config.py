@@ -331,6 +331,37 @@ async def test_share_threshold_keeps_unshared_levels_apart(shared: Policies) -> 
     assert (await check(e, "test-domain", c)).allowed
 
 
+async def test_share_threshold_counters_are_keyed_as_the_go_services_cache_key() -> None:
+    # envoyproxy/ratelimit src/limiter/cache_key.go GenerateCacheKey: every entry's own key
+    # and value, in order, with a shared level's value replaced by its pattern. So an entry
+    # matched (by its key_value name) under another key name keeps its counter apart, and
+    # one key both shared and not, at two levels, is no conflict.
+    p = yaml_policies("""
+domain: d
+descriptors:
+  - key: a
+    value: "b*"
+    descriptors:
+      - key: user
+        value: "*"
+        share_threshold: true
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: k
+    value: "x*"
+    share_threshold: true
+    descriptors:
+      - key: k
+        rate_limit: {unit: minute, requests_per_unit: 1}
+""")
+    e = engine(p)
+    assert (await check(e, "d", [("a_bq", "z"), ("user", "u1")])).allowed
+    assert not (await check(e, "d", [("a_bq", "z"), ("user", "u2")])).allowed  # shared
+    assert (await check(e, "d", [("a_br", "z"), ("user", "u3")])).allowed  # a_br: its own
+    assert (await check(e, "d", [("k", "x1"), ("k", "v1")])).allowed
+    assert not (await check(e, "d", [("k", "x2"), ("k", "v1")])).allowed  # x* shared
+    assert (await check(e, "d", [("k", "x1"), ("k", "v2")])).allowed  # the child is not
+
+
 # -- the integration tests' runtime directory ---------------------------------------------
 
 async def test_the_runtime_config_directory_loads_one_domain_per_file() -> None:

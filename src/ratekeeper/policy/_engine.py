@@ -53,7 +53,7 @@ from .._types import Decision, Limit
 from ..core import FailurePolicy, merge_decisions
 from ..stores._base import AsyncStore, Check, Store
 from ..stores.memory import MemoryStore
-from ._keys import counter_key
+from ._keys import By, counter_key
 from ._model import Policies
 from ._rules import DescriptorRequest, Override, PolicyLimit, Rule, drop_replaced
 from ._stats import NullStats, Stats
@@ -427,7 +427,7 @@ class Engine:
                 group = shadow if is_shadow else enforced
                 own_failure = None if is_shadow else rule.failure
                 keys: list[tuple[str, str]] = []
-                counter_keys: dict[tuple[str, ...] | None, str] = {}
+                counter_keys: dict[By, str] = {}
                 for pl in rule.limits:
                     lim = pl.limit
                     if cost == 1.0:  # every limit takes one whole request

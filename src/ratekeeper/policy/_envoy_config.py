@@ -53,6 +53,7 @@ import yaml
 from .._errors import RateKeeperError
 from .._rates import Rate
 from .._types import ALGORITHMS, Limit
+from ._keys import Shared
 from ._model import (
     ConfigIssue,
     Policies,
@@ -460,10 +461,7 @@ class _Builder:
         if problem:
             self.err(loc, node, f"limit name {state!r} {problem}")
             ok = False
-        by_or_bad = self.counter_by(loc, node, path, shared)
-        by = None if isinstance(by_or_bad, bool) else by_or_bad
-        if by_or_bad is False:
-            ok = False
+        by = self.counter_by(path, shared)
         limits: tuple[PolicyLimit, ...] = ()
         if ok and not unlimited and rpu > 0:
             assert unit is not None
@@ -487,24 +485,17 @@ class _Builder:
         ctx.rules.append(rule)
         return rule
 
-    def counter_by(self, loc: str, node: yaml.Node, path: tuple[tuple[str, str | None], ...],
-                   shared: tuple[bool, ...]) -> tuple[str, ...] | bool | None:
-        """The entries that key the counter: all (None), or all but those matched through a
-        share_threshold wildcard (their values share it). False if keys cannot say which."""
+    def counter_by(self, path: tuple[tuple[str, str | None], ...],
+                   shared: tuple[bool, ...]) -> Shared | None:
+        """The entries that key the counter: all (None), or all with the values matched
+        through a share_threshold wildcard replaced by its pattern (`Shared`)."""
         if not any(shared):
             return None
-        keep = [k for (k, _), s in zip(path, shared, strict=True) if not s]
-        dropped = {k for (k, _), s in zip(path, shared, strict=True) if s}
-        both = dropped.intersection(keep)
-        if both:
-            self.err(loc, node, f"key {sorted(both)[0]!r} is both shared (share_threshold) and "
-                                "not at different levels of this descriptor; ratekeeper keys "
-                                "counters by key name and cannot tell them apart: rename one")
-            return False
-        return tuple(keep)
+        return Shared(tuple((i, composite_key(k, v)) for i, ((k, v), s)
+                            in enumerate(zip(path, shared, strict=True)) if s))
 
     def limit(self, loc: str, node: yaml.Node, f: dict[str, yaml.Node], state: str, *,
-              rate: Rate, by: tuple[str, ...] | None) -> Limit | None:
+              rate: Rate, by: Shared | None) -> Limit | None:
         algorithm = "fixed-window"
         if "algorithm" in f:
             a = self.text(_join(loc, "algorithm"), f["algorithm"])
@@ -532,7 +523,7 @@ class _Builder:
             delay = int(d)
         try:
             return Limit(algorithm, rate, burst=burst, nodelay=nodelay, delay=delay,
-                         name=state, scope="global" if by == () else "key")
+                         name=state, scope="key")
         except (RateKeeperError, TypeError) as e:
             self.err(loc, node, str(e))
             return None

@@ -27,6 +27,7 @@ from .._types import ALGORITHMS, Limit
 from ._build import Issues, _join, _key_path, _typename
 from ._http import HTTPRules
 from ._http_loader import build_http
+from ._keys import Shared
 from ._model import (
     DEFAULT_MAX_COST,
     ConfigIssue,
@@ -420,7 +421,7 @@ class _Builder(Issues):
             else:
                 self.err(iloc, f"must be a limit name or an inline table, got {_typename(item)}")
                 continue
-            if pl.by:
+            if pl.by and not isinstance(pl.by, Shared):  # (only YAML makes a Shared)
                 keys = [k for k, _ in path]
                 missing = [k for k in pl.by if k not in keys]
                 if missing:

@@ -38,6 +38,7 @@ from ._http import HTTPRules
 
 # The rules are `_rules`'; named here too, as the model's parts (`ratekeeper.policy` and
 # `ratekeeper.service` export them from here).
+from ._keys import Shared
 from ._rules import Domain, Level, Node, PolicyLimit, Rule, drop_replaced, make_level
 
 __all__ = [
@@ -199,7 +200,8 @@ def describe_limit(p: PolicyLimit) -> dict[str, Any]:
     if lim.delay:
         out["delay"] = lim.delay
     out["counter"] = ("per descriptor" if p.by is None else "global" if p.by == ()
-                      else "by " + ", ".join(p.by))
+                      else "shared by " + ", ".join(pat for _, pat in p.by.patterns)
+                      if isinstance(p.by, Shared) else "by " + ", ".join(p.by))
     if p.description:
         out["description"] = p.description
     if p.label:

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from .._types import Limit
 from ..core import FailurePolicy
+from ._keys import By
 
 __all__ = [
     "DescriptorRequest",
@@ -38,14 +39,15 @@ class PolicyLimit:
     """A `Limit` as a policy applies it: `by` says which entries key its counters.
 
     ``by=None``: every entry of the matched descriptor (one counter per distinct descriptor);
-    ``by=()``: a single counter (``scope = "global"``); otherwise the entries with these keys.
+    ``by=()``: a single counter (``scope = "global"``); a tuple of keys: the entries with these
+    keys; a `Shared`: envoyproxy/ratelimit's ``share_threshold`` (`ratekeeper.policy._keys`).
     `label` is the name the configuration gave the limit (a TOML named limit or ``name``,
     envoyproxy/ratelimit's ``rate_limit.name``), "" when it gave none: what Envoy's
     ``current_limit.name`` reports and what ``replaces`` refers to.
     """
 
     limit: Limit
-    by: tuple[str, ...] | None = None
+    by: By = None
     description: str = ""
     label: str = ""
 
