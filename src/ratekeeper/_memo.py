@@ -31,6 +31,10 @@ class Memo(dict[K, V]):
         self.size = size
         self._refused = 0
 
+    def clear(self) -> None:
+        super().clear()
+        self._refused = 0
+
     def put(self, key: K, value: V) -> None:
         """Store `value` for `key` if there is room (see the module's docstring)."""
         if len(self) >= self.size:
@@ -38,5 +42,4 @@ class Memo(dict[K, V]):
             if self._refused < 4 * self.size:
                 return
             self.clear()
-            self._refused = 0
         self[key] = value

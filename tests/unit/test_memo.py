@@ -18,3 +18,14 @@ def test_a_full_memo_keeps_its_entries_and_starts_afresh_after_four_times_its_si
     for k in range(100, 200):
         memo.put(k, "x")
         assert len(memo) <= 3
+
+
+def test_clearing_a_memo_restarts_its_count_of_refusals() -> None:
+    memo: Memo[int, int] = Memo(1)
+    memo.put(0, 0)
+    for k in range(1, 4):  # 3 refusals of the 4 that would start it afresh
+        memo.put(k, k)
+    memo.clear()
+    memo.put(10, 10)
+    memo.put(11, 11)  # refused: the count started again at the clear
+    assert dict(memo) == {10: 10}

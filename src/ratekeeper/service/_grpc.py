@@ -111,7 +111,6 @@ def parse_request(req: rls_pb2.RateLimitRequest) -> tuple[str, list[DescriptorRe
     return req.domain, out, hits
 
 
-#: `_rate_unit` per limit, by id; each entry holds its limit, so the id stays its own.
 def _parse_bytes(data: bytes) -> tuple[str, tuple[DescriptorRequest, ...], float]:
     """A serialized RateLimitRequest -> `parse_request`'s answer (descriptors as a tuple), or
     `InvalidRequest` for bytes that are not one (the servicer is given the bytes: grpc
@@ -131,6 +130,7 @@ parse_cached: Remembered[bytes, tuple[str, tuple[DescriptorRequest, ...], float]
     Remembered(_parse_bytes, size=10_000, max_len=512)
 
 
+#: `_rate_unit` per limit, by id; each entry holds its limit, so the id stays its own.
 _RATE_UNITS: dict[int, tuple[Limit, tuple[int, int]]] = {}
 
 

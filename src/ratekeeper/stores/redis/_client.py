@@ -271,7 +271,10 @@ def hiredis_packing(cls: type[Any]) -> type[Any]:
     """`cls` (a redis-py asyncio connection class) packing commands with hiredis, as
     redis-py's sync connections do when hiredis is installed (its asyncio ones pack in
     Python, ~0.5 µs per argument, and a composite decision sends ~20); `cls` itself without
-    hiredis. The bytes sent and the errors raised are the same (tests/stores)."""
+    hiredis. The bytes sent are the same and so is the type of the errors (`DataError`, with
+    hiredis's message), tested on the store's kinds of server (tests/integration); a str is
+    always sent as UTF-8, as by redis-py's sync connections, whatever the client's
+    ``encoding`` (the store sends ASCII: %-encoded keys, numbers, its scripts)."""
     if not _HIREDIS_PACK:
         return cls
     sub = _HIREDIS_PACKING.get(cls)
