@@ -236,6 +236,7 @@ def run_serve(args: argparse.Namespace) -> int:
         grpc_tls_client_ca=args.grpc_tls_client_ca,
         limit_headers=None if header_names is None else LimitHeaders(*header_names),
         http_unix=args.http_unix, grpc_unix=args.grpc_unix, reuse_port=args.reuse_port,
+        freeze_heap=True,
     )
     try:
         return int(run(serve(options)))
