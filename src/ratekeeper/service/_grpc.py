@@ -227,12 +227,19 @@ def response_parts(result: CheckResult, limit_headers: LimitHeaders | None = Non
                              _window_end(UNIT_SECONDS[zero], now)))
             continue
         remaining = UINT32_MAX if s.outcome == "unlimited" else 0
+        # Over the limit (shadow mode's too) is 0 left, as envoyproxy/ratelimit, even when
+        # some capacity is left that this request's cost did not fit in.
         if not over and s.outcome != "shadow_rejected":
             remaining = min(max(int(d.remaining), 0), UINT32_MAX)
         reset = d.reset_after if math.isfinite(d.reset_after) else 10.0**9
         if reset <= 0 and now is not None and lim is not None \
                 and lim.algorithm == "fixed-window":
+            # Nothing charged in the window (a cost above the whole limit): the decision
+            # has nothing to reset, but the Go service answers every status the time to
+            # its window's end (`unit - now % unit`), and Envoy's reset header shows it.
             reset = lim.period - now % lim.period
+        # Whole seconds, rounded up (a window ending in 29.75 s says 30, as the Go service's
+        # whole-second arithmetic); the tolerance absorbs float noise (3600.0000000001).
         statuses.append((code, current, remaining, max(0, math.ceil(reset - 1e-6))))
     parts = tuple(statuses)
     headers = tuple(result_headers(result)) if limit_headers is None \
@@ -283,7 +290,7 @@ def _serialize(parts: ResponseParts) -> bytes:
 #: limit repeat (its rate, a remaining count, a reset), and building the message is most of
 #: the cost of an answer. Any answer (a status count, a header's length) is remembered.
 response_bytes: Remembered[ResponseParts, bytes] = Remembered(_serialize, size=10_000,
-                                                              max_len=1 << 30)
+                                                              max_len=None)
 
 
 def _label(s: DescriptorStatus, lim: Limit) -> str:

@@ -56,14 +56,14 @@ class Service:
 class Remembered(Generic[K, V]):
     """`make(key)`, remembered per key: for pure functions of what a client sends (its
     request's bytes, an answer's parts), which a returning client sends again. At most
-    `size` entries (a `ratekeeper._memo.Memo`); keys whose ``len`` is over `max_len` are
-    made afresh each time. `make` raising is never remembered, so a bad
+    `size` entries (a `ratekeeper._memo.Memo`); keys whose ``len`` is over `max_len` (None:
+    no limit) are made afresh each time. `make` raising is never remembered, so a bad
     request is refused each time it comes."""
 
     __slots__ = ("_get", "_make", "_max_len", "_memo")
 
     def __init__(self, make: Callable[[K], V], *, size: int = 10_000,
-                 max_len: int = 512) -> None:
+                 max_len: int | None = 512) -> None:
         self._make, self._max_len = make, max_len
         self._memo: Memo[K, V] = Memo(size)  # bounded as `ratekeeper._memo` says why
         self._get = self._memo.get
@@ -72,7 +72,7 @@ class Remembered(Generic[K, V]):
         got = self._get(key)
         if got is None:
             got = self._make(key)
-            if len(key) <= self._max_len:  # type: ignore[arg-type]
+            if self._max_len is None or len(key) <= self._max_len:  # type: ignore[arg-type]
                 self._memo.put(key, got)
         return got
 
