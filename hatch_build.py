@@ -1,5 +1,6 @@
-"""Build hook: compile the hot paths' twins where it can (`SOURCES`: the memory store's
-`_memory_hot_c.pyx`, replay's `_replay_hot_c.pyx`).
+"""Build hook: compile the hot paths where it can -- the twins (`SOURCES`: the memory store's
+`_memory_hot_c.pyx`, replay's `_replay_hot_c.pyx`) and the plain modules listed in
+`ratekeeper._compiled.MODULES`, compiled as they are (see that module).
 
 The compiled modules are optional. Without Cython, a C compiler or Python's headers the build
 says why and goes on: the package is then pure Python and decides the same (the pure code,
@@ -7,14 +8,18 @@ says why and goes on: the package is then pure Python and decides the same (the 
 tested against). Set ``RATEKEEPER_NO_EXTENSIONS=1`` to skip compiling;
 ``RATEKEEPER_REQUIRE_EXTENSIONS=1`` (CI) to make a failed compile fail the build.
 
-Each module is built in place, beside its source, so an editable install uses it too; it
+Each module is built in place, beside its source, so an editable install uses it too. A twin
 carries the sha256 of the source it was built from, and `ratekeeper._compiled.twin` ignores
-(with a warning) a build older than its source.
+(with a warning) a build older than its source; for the plain modules the build writes
+`src/ratekeeper/_compiled.json` (each one's sha256), and one edited since runs from its
+``.py`` (`ratekeeper._compiled`).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -24,6 +29,20 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 SOURCES = ["src/ratekeeper/stores/_memory_hot_c.pyx", "src/ratekeeper/replay/_replay_hot_c.pyx"]
+
+#: Python semantics exactly: annotations never become C types (a ``float`` parameter would
+#: coerce an int and refuse None), functions stay introspectable (signatures, ``__doc__``).
+PLAIN_DIRECTIVES = {"binding": True, "annotation_typing": False}
+
+
+def plain_modules(root: Path) -> list[str]:
+    """`ratekeeper._compiled.MODULES`, read without importing the package."""
+    tree = ast.parse((root / "src/ratekeeper/_compiled.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "MODULES" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise LookupError("no MODULES in src/ratekeeper/_compiled.py")
 
 
 def _flag(name: str) -> bool:
@@ -39,8 +58,10 @@ class CompiledHotPath(BuildHookInterface):  # type: ignore[misc]
         if _flag("RATEKEEPER_NO_EXTENSIONS"):
             self.app.display_info("ratekeeper: RATEKEEPER_NO_EXTENSIONS set, pure Python")
             return
+        root = Path(self.root)
         try:
-            built = [self._compile(Path(self.root), source) for source in SOURCES]
+            built = [self._compile(root, source) for source in SOURCES]
+            built += self._compile_plain(root, plain_modules(root))
         except Exception as e:  # no Cython, no compiler, no headers: pure Python it is
             if _flag("RATEKEEPER_REQUIRE_EXTENSIONS"):
                 raise
@@ -54,6 +75,33 @@ class CompiledHotPath(BuildHookInterface):  # type: ignore[misc]
             relative = path.relative_to(self.root).as_posix()
             build_data["artifacts"].append(relative)
             build_data["force_include"][str(path)] = relative.removeprefix("src/")
+
+    def _compile_plain(self, root: Path, modules: list[str]) -> list[Path]:
+        """Compile `modules` (dotted names of plain modules) as they are, in place; then
+        record each source's sha256 in ``_compiled.json`` (returned last, with the builds)."""
+        from Cython.Build import cythonize  # noqa: PLC0415
+        from setuptools import Distribution, Extension  # noqa: PLC0415
+
+        manifest = root / "src/ratekeeper/_compiled.json"
+        manifest.unlink(missing_ok=True)  # a failed build leaves no record: sources run
+        sources = {m: root / "src" / (m.replace(".", "/") + ".py") for m in modules}
+        digests = {m: hashlib.sha256(p.read_bytes()).hexdigest() for m, p in sources.items()}
+        exts = [Extension(m, [str(p)]) for m, p in sources.items()]
+        with tempfile.TemporaryDirectory() as tmp:
+            exts_c = cythonize(exts, build_dir=tmp, quiet=True, force=True, language_level=3,
+                               compiler_directives=PLAIN_DIRECTIVES,
+                               nthreads=os.cpu_count() or 1)
+            dist = Distribution({"ext_modules": exts_c, "package_dir": {"": "src"}})
+            cmd = dist.get_command_obj("build_ext")
+            cmd.inplace = True
+            cmd.build_temp = tmp
+            cmd.parallel = os.cpu_count() or 1
+            cmd.ensure_finalized()
+            cmd.run()
+            outs = [Path(cmd.get_ext_fullpath(m)) for m in modules]
+        manifest.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
+        self.app.display_info(f"ratekeeper: compiled {len(modules)} plain modules")
+        return [p if p.is_absolute() else root / p for p in outs] + [manifest]
 
     def _compile(self, root: Path, source: str) -> Path:
         # Imported here: a build without them is still a (pure-Python) build.

@@ -11,6 +11,8 @@ See the README for the algorithms and their references.
 
 from __future__ import annotations
 
+# First: importing it chooses how the compiled modules load (see ratekeeper._compiled).
+from . import _compiled  # noqa: F401
 from ._errors import (
     ConfigError,
     InvalidCost,

@@ -47,7 +47,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, request_response
 from starlette.types import Receive, Scope, Send
 
 from .. import core
@@ -562,18 +562,37 @@ def create_app(service: Service) -> Starlette:
 
     app = _ServiceApp(
         routes=[
-            Route("/v1/check", check, methods=["POST"]),
-            Route("/v1/http", http_check, methods=["POST"]),
-            Route("/v1/policies", policies, methods=["GET"]),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
-            Route("/healthcheck", healthcheck, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
+            _route("/v1/check", check, "POST"),
+            _route("/v1/http", http_check, "POST"),
+            _route("/v1/policies", policies, "GET"),
+            _route("/healthz", healthz, "GET"),
+            _route("/readyz", readyz, "GET"),
+            _route("/healthcheck", healthcheck, "GET"),
+            _route("/metrics", metrics, "GET"),
         ],
         exception_handlers={HTTPException: http_error, Exception: server_error},
     )
     app.check_asgi = check_asgi
     return app
+
+
+class _ASGIApp:
+    """An ASGI app as an object. Starlette takes a route's endpoint for a request -> response
+    function only if it is a Python function object, which a compiled module's functions are
+    not (`ratekeeper._compiled`): otherwise it calls it as an ASGI app."""
+
+    __slots__ = ("app",)
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.app = app
+
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        return self.app(scope, receive, send)
+
+
+def _route(path: str, endpoint: Callable[[Request], Awaitable[Response]], method: str) -> Route:
+    """``Route(path, endpoint, methods=[method])``, whether `endpoint` is compiled or not."""
+    return Route(path, _ASGIApp(request_response(endpoint)), methods=[method])
 
 
 _TITLES = {404: "Not Found", 405: "Method Not Allowed"}

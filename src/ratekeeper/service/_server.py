@@ -32,6 +32,7 @@ from typing import Any
 
 import uvicorn
 
+from .. import _compiled
 from .._errors import RateKeeperError
 from ..policy._holder import PolicyHolder, Watcher
 from ..stores._base import AsyncStore
@@ -210,6 +211,18 @@ def run(main: Any) -> Any:
         loop.close()
 
 
+def _compiled_modules() -> str:
+    """How many of the compiled modules run compiled, as "n/m" (`ratekeeper._compiled`); a
+    warning names those edited since the install built them, which run from source."""
+    status = _compiled.status()
+    stale = sorted(m for m, s in status.items() if s == "source: stale")
+    if stale:
+        log.warning("%s edited since the install compiled them: running from source "
+                    "(slower); rebuild with `pip install -e .`", ", ".join(stale),
+                    extra={"event": "compiled_stale", "modules": stale})
+    return f"{sum(s == 'compiled' for s in status.values())}/{len(status)}"
+
+
 def http_parser() -> str:
     """uvicorn's HTTP/1.1 implementation: ``httptools`` (C, llhttp) when installed, else
     ``h11`` (pure Python), as uvicorn's ``http="auto"`` chooses."""
@@ -287,7 +300,8 @@ async def serve(options: ServeOptions, *,
                                      "store": store_name,
                                      "store_timeout": options.store_timeout,
                                      "loop": type(loop).__module__.split(".")[0],
-                                     "json": JSON_CODEC}
+                                     "json": JSON_CODEC,
+                                     "compiled": _compiled_modules()}
         if options.http_port is not None or options.http_unix is not None:
             config = uvicorn.Config(
                 create_app(service), host=options.host, port=options.http_port or 0,

@@ -409,7 +409,9 @@ class _RedisCore:
             now = now / 1e6 if now.__class__ is int else float(now)
             check = now
             for i in range(n):
-                allowed, remaining, retry, reset, delay = reply[2 + 5 * i: 7 + 5 * i]
+                # (unpacked from a name: Cython 3.3 crashes unpacking a slice in place)
+                fields = reply[2 + 5 * i: 7 + 5 * i]
+                allowed, remaining, retry, reset, delay = fields
                 if allowed not in (0, 1) or remaining.__class__ is not int or remaining < 0 \
                         or reset.__class__ not in _TEXT or delay.__class__ not in _TEXT:
                     break
