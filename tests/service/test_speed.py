@@ -17,11 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ratekeeper import _compiled
 from ratekeeper.service import _http
 from tests.service._proc import ServiceProcess
 
 HERE = Path(__file__).parent
 POLICIES = HERE / "policies" / "service.toml"
+#: The install compiled `_compiled.MODULES` here (CI requires it: test_compiled_modules.py).
+_BUILT = (Path(_compiled.__file__).with_name(_compiled.MANIFEST).exists()
+          and not _compiled._pure())
 
 #: JSON values as /v1/check answers hold them: names (any text), counts, floats of every
 #: magnitude (1e-07 is where orjson and json print differently), booleans and nulls.
@@ -84,6 +88,7 @@ def test_service_runs_without_uvloop_httptools_or_orjson_and_answers_the_same_by
         with httpx.Client(base_url=fast.http, timeout=10) as c:
             fast_bodies = [c.get("/v1/policies").content, c.get("/healthz").content]
     monkeypatch.setenv("PYTHONPATH", str(_no_accelerators(tmp_path)))
+    monkeypatch.setenv(_compiled.PURE_PYTHON_ENV, "1")  # nor the compiled modules
     with ServiceProcess(POLICIES, tmp_path / "plain.log") as plain:
         plain_ready = plain.wait_for(lambda r: r.get("event") == "listening")
         with httpx.Client(base_url=plain.http, timeout=10) as c:
@@ -95,6 +100,10 @@ def test_service_runs_without_uvloop_httptools_or_orjson_and_answers_the_same_by
         "uvloop", "httptools", "orjson")
     assert (plain_ready["loop"], plain_ready["http_parser"], plain_ready["json"]) == (
         "asyncio", "h11", "json")
+    # How many of the compiled modules it imported run compiled (all, where they are built).
+    used, imported = map(int, fast_ready["compiled"].split("/"))
+    assert imported >= 6 and used == (imported if _BUILT else 0)
+    assert plain_ready["compiled"] == f"0/{imported}"
     # The same bytes, but for the moment each process loaded its policies.
     loaded = re.compile(rb'"loaded_at":"[^"]*"')
     assert [loaded.sub(b"", b) for b in plain_bodies] == [loaded.sub(b"", b) for b in fast_bodies]
