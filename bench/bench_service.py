@@ -346,16 +346,30 @@ def _body(user: int) -> bytes:
     return b'{"domain":"bench","descriptors":[{"user":"u%d"}]}' % user
 
 
-async def _http_worker(port: int, users: int, until: Until, lat: list[float],
+class Users:
+    """Which user the next request is for: at random among `users`, or with `cover` each
+    user once first, in order (a warm-up that meets the whole population, so that the timed
+    run measures returning users, whose parses and plans the service remembers)."""
+
+    def __init__(self, users: int, cover: bool = False) -> None:
+        self.users = users
+        self.first = iter(range(users)) if cover else iter(())
+        self.rnd = random.Random()
+
+    def next(self) -> int:
+        u = next(self.first, None)
+        return self.rnd.randrange(self.users) if u is None else u
+
+
+async def _http_worker(port: int, users: Users, until: Until, lat: list[float],
                        errors: list[str]) -> int:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    rnd = random.Random()
     n = 0
     perf = time.perf_counter
     try:
         while await until.go():
-            body = _body(rnd.randrange(users))
+            body = _body(users.next())
             req = (b"POST /v1/check HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json"
                    b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
             t0 = perf()
@@ -378,14 +392,14 @@ async def _http_worker(port: int, users: int, until: Until, lat: list[float],
     return n
 
 
-async def _grpc_workers(port: int, users: int, until: Until, concurrency: int,
+async def _grpc_workers(port: int, users: Users, until: Until, concurrency: int,
                         lat: list[float], errors: list[str]) -> None:
     import grpc  # noqa: PLC0415 (client processes only)
 
     from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2  # noqa: PLC0415
 
     pool = []
-    for u in range(min(users, 10_000)):
+    for u in range(users.users):
         req = rls_pb2.RateLimitRequest(domain="bench")
         req.descriptors.add().entries.add(key="user", value=f"u{u}")
         pool.append(req.SerializeToString())
@@ -393,10 +407,9 @@ async def _grpc_workers(port: int, users: int, until: Until, concurrency: int,
         call = ch.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
 
         async def worker() -> None:
-            rnd = random.Random()
             perf = time.perf_counter
             while await until.go():
-                data = pool[rnd.randrange(len(pool))]
+                data = pool[users.next()]
                 t0 = perf()
                 try:
                     await call(data, timeout=10)
@@ -444,13 +457,14 @@ def client_main(args: argparse.Namespace) -> None:
     errors: list[str] = []
     start = time.perf_counter()
     until = Until(start + args.seconds, args.requests, args.rate)
+    users = Users(args.users, args.cover)
 
     async def run() -> None:
         if args.client == "http":
-            await asyncio.gather(*(_http_worker(args.port, args.users, until, lat, errors)
+            await asyncio.gather(*(_http_worker(args.port, users, until, lat, errors)
                                    for _ in range(args.concurrency)))
         else:
-            await _grpc_workers(args.port, args.users, until, args.concurrency, lat, errors)
+            await _grpc_workers(args.port, users, until, args.concurrency, lat, errors)
 
     asyncio.run(run())
     json.dump({"lat_us": [round(x * 1e6) for x in lat], "errors": errors[:20],
@@ -459,11 +473,13 @@ def client_main(args: argparse.Namespace) -> None:
 
 
 def _drive(kind: str, port: int, seconds: float, clients: int, concurrency: int,
-           users: int, requests: int = 0, rate: float = 0.0) -> dict[str, Any]:
+           users: int, requests: int = 0, rate: float = 0.0,
+           cover: bool = False) -> dict[str, Any]:
     per_client = -(-requests // clients)  # at least `requests` in all
     cmd = [sys.executable, __file__, "--client", kind, "--port", str(port), "--seconds",
            str(seconds), "--concurrency", str(concurrency), "--users", str(users),
-           "--requests", str(per_client), "--rate", str(rate / clients)]
+           "--requests", str(per_client), "--rate", str(rate / clients),
+           *(["--cover"] if cover else [])]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE) for _ in range(clients)]
     # No time limit with --requests: the work asked for decides when a client is done.
     limit = None if requests else seconds + 60
@@ -524,6 +540,7 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     # client mode (internal)
     p.add_argument("--client", choices=("http", "grpc"), help=argparse.SUPPRESS)
+    p.add_argument("--cover", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--floor", choices=("http", "grpc", "grpc-sync", "http-redis", "grpc-redis"),
                    help=argparse.SUPPRESS)
@@ -551,9 +568,9 @@ def main() -> None:
         results: list[dict[str, Any]] = []
 
         def measure(name: str, kind: str, server: Any, port: int) -> None:
-            if args.warmup > 0:
+            if args.warmup > 0:  # --warmup seconds, and every user at least once
                 _drive(kind, port, args.warmup, args.clients, args.concurrency, args.users,
-                       rate=args.rate)
+                       args.users * args.clients, rate=args.rate, cover=True)
             cpu0 = server.cpu_seconds()
             t0 = time.perf_counter()
             run = _drive(kind, port, args.seconds, args.clients, args.concurrency, args.users,

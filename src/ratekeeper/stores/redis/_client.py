@@ -37,8 +37,6 @@ except ImportError:  # pragma: no cover - depends on the environment
 from ..._errors import ConfigError
 from .._urlforms import VALID_FORMS, redact
 
-_asyncio_timeout: Any = getattr(asyncio, "timeout", None)
-
 # redis-py leaves these untyped; called through Any so mypy --strict accepts them.
 _SyncSentinel: Any = redis.sentinel.Sentinel
 _AsyncSentinel: Any = redis.asyncio.sentinel.Sentinel

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,6 @@ from ..._types import GLOBAL_KEY, Decision, Limit
 from .._base import Check
 from .._lua import CHECK, LIBRARY, ONE, Script
 from ._client import (
-    _asyncio_timeout,
     _check_timeout,
     _describe_client,
     _Target,
@@ -391,6 +391,76 @@ class RedisStore(_RedisCore):
 # -----------------------------------------------------------------------------------------
 
 
+class _Deadlines:
+    """Bounds every round trip of an asyncio store to `timeout` seconds with one event-loop
+    timer for all of them, where ``asyncio.timeout`` schedules and cancels one per round
+    trip (about a third of a decision's own CPU on Redis). A round trip past its deadline
+    has its task cancelled, and raises ``TimeoutError`` -- unless the task was also
+    cancelled from outside, whose ``CancelledError`` goes on (as ``asyncio.timeout``)."""
+
+    __slots__ = ("_expired", "_inflight", "_loop", "_next", "_timer")
+
+    def __init__(self) -> None:
+        #: token -> (deadline on the loop's clock, the task making the round trip).
+        self._inflight: dict[int, tuple[float, asyncio.Task[Any]]] = {}
+        self._expired: set[int] = set()
+        #: The one timer, due at the soonest deadline, and the loop it is on.
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._next = 0
+
+    async def bound(self, aw: Awaitable[T], timeout: float) -> T:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        if task is None:  # not in a task (a bare coroutine driven by hand): nothing to cancel
+            return await asyncio.wait_for(aw, timeout)
+        self._next = token = self._next + 1
+        deadline = loop.time() + timeout
+        cancelling = 0
+        if sys.version_info >= (3, 11):
+            cancelling = task.cancelling()
+        self._inflight[token] = (deadline, task)
+        timer = self._timer
+        if timer is None or deadline < timer.when() or loop is not self._loop:
+            if timer is not None:
+                timer.cancel()
+            self._timer, self._loop = loop.call_at(deadline, self._expire, loop), loop
+        try:
+            return await aw
+        except asyncio.CancelledError:
+            if token not in self._expired:
+                raise
+            self._expired.discard(token)
+            if sys.version_info >= (3, 11) and task.uncancel() > cancelling:
+                raise  # cancelled from outside too
+            raise asyncio.TimeoutError(f"no reply within {timeout:g} s") from None
+        finally:
+            self._inflight.pop(token, None)
+            if token in self._expired:  # cancelled, but the round trip swallowed it
+                self._expired.discard(token)
+                if sys.version_info >= (3, 11):  # (Task.cancelling/uncancel are 3.11+)
+                    task.uncancel()
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        now = loop.time()
+        soonest = None
+        for token, (deadline, task) in list(self._inflight.items()):
+            if deadline <= now:
+                del self._inflight[token]
+                self._expired.add(token)
+                task.cancel()
+            elif soonest is None or deadline < soonest:
+                soonest = deadline
+        if soonest is not None:
+            self._timer = loop.call_at(soonest, self._expire, loop)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 class AsyncRedisStore(_RedisCore):
     """`RedisStore` for asyncio (``redis.asyncio`` clients): the same options, plus:
 
@@ -424,6 +494,7 @@ class AsyncRedisStore(_RedisCore):
         self.timeout = None if timeout is None else _check_timeout(timeout)
         self._batch: list[tuple[_Call, asyncio.Future[Any]]] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._deadlines = _Deadlines()
 
     @classmethod
     def _from_target(cls, target: _Target, kw: dict[str, Any], timeout: float,
@@ -457,10 +528,7 @@ class AsyncRedisStore(_RedisCore):
     async def _bounded(self, aw: Any) -> Any:
         if self.timeout is None:
             return await aw
-        if _asyncio_timeout is not None:  # 3.11+: no task per call, unlike wait_for
-            async with _asyncio_timeout(self.timeout):
-                return await aw
-        return await asyncio.wait_for(aw, self.timeout)
+        return await self._deadlines.bound(aw, self.timeout)
 
     async def _send_one(self, call: _Call) -> Any:
         client, stats, script = self._client, self.stats, call.script
@@ -500,21 +568,20 @@ class AsyncRedisStore(_RedisCore):
         """Queue `call` for this loop iteration's batch and wait for its reply."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        if self._batch is None:
-            self._batch = []
-            loop.call_soon(self._flush)
-        self._batch.append((call, fut))
+        batch = self._batch
+        if batch is None:
+            # The batch's task first runs in the next iteration, after every call made in
+            # this one has joined it.
+            batch = self._batch = []
+            task = loop.create_task(self._send_batch(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        batch.append((call, fut))
         return await fut
 
-    def _flush(self) -> None:
-        batch, self._batch = self._batch, None
-        if not batch:
-            return
-        task = asyncio.get_running_loop().create_task(self._send_batch(batch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def _send_batch(self, batch: list[tuple[_Call, asyncio.Future[Any]]]) -> None:
+        if self._batch is batch:  # closed: later calls start the next one
+            self._batch = None
         try:
             if len(batch) == 1:
                 results = [await self._bounded(self._send_one(batch[0][0]))]
@@ -667,6 +734,7 @@ class AsyncRedisStore(_RedisCore):
         """Close the client if this store created it (`from_url`)."""
         for task in list(self._tasks):
             task.cancel()
+        self._deadlines.close()
         if self._owns_client:
             await self._client.aclose()
 
