@@ -525,7 +525,8 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=0,
                    help="each scenario sends at least this many requests, however long "
                         "that takes (with --seconds 0: bounded by work, not time)")
-    p.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds first")
+    p.add_argument("--warmup", type=float, default=1.0,
+                   help="unmeasured seconds first (and every user once; 0: none)")
     p.add_argument("--clients", type=int, default=1, help="load-generator processes")
     p.add_argument("--concurrency", type=int, default=16,
                    help="connections (http) or calls in flight (grpc) per client")

@@ -65,6 +65,23 @@ async def test_concurrent_checks_share_one_round_trip(target: StoreTarget) -> No
         assert store.stats.pipelines == pipelines + 1
 
 
+async def test_a_call_waiting_for_its_batch_fails_when_the_store_closes(
+        standalone: StoreTarget) -> None:
+    # Found by review: a batch's task created at once and cancelled by aclose() before it
+    # ran left its callers waiting for good, and every later call with them.
+    store = open_store(standalone, client_clock=True)
+    limiter = AsyncLimiter(Limit("gcra", "10/s", burst=10), store, clock=ManualClock(0.0),
+                           failure="raise")
+    await limiter.hit("warm")
+    waiting = asyncio.ensure_future(limiter.hit("k"))
+    await asyncio.sleep(0)  # the call has joined this iteration's batch
+    await store.aclose()
+    done, _ = await asyncio.wait([waiting], timeout=FUNCTIONAL_TIMEOUT)
+    assert done, "the call is still waiting for its batch"
+    assert store._batch is None  # and later calls start a batch of their own
+    await store.aclose()  # (the batch may have opened a connection again)
+
+
 async def test_coalescing_can_be_turned_off(standalone: StoreTarget) -> None:
     async with open_store(standalone, client_clock=True, coalesce=False) as store:
         limiter = AsyncLimiter(Limit("gcra", "10/s", burst=10), store, clock=ManualClock(0.0))

@@ -87,7 +87,6 @@ async def test_many_round_trips_share_one_timer() -> None:
         del loop.call_at  # type: ignore[method-assign]
     # asyncio.timeout would have scheduled (and cancelled) 1,000 timers.
     assert len(scheduled) == 1, len(scheduled)
-    deadlines.close()
 
 
 def test_a_store_used_on_a_second_loop_still_times_out() -> None:
@@ -103,3 +102,58 @@ def test_a_store_used_on_a_second_loop_still_times_out() -> None:
     assert asyncio.run(quick()) == 1
     with pytest.raises(asyncio.TimeoutError, match="no reply within"):
         asyncio.run(stuck())
+
+
+async def test_the_timer_is_set_again_for_a_round_trip_that_started_after_it() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = _Deadlines()
+    assert await deadlines.bound(asyncio.sleep(0.001, 1), 0.03) == 1  # the timer: +0.03 s
+    with pytest.raises(asyncio.TimeoutError, match="no reply within"):
+        # due after that timer: when it fires it finds nothing due and must be set again
+        await asyncio.wait_for(deadlines.bound(_never(loop), 0.05), 5.0)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 cannot tell the two apart")
+async def test_a_cancellation_from_outside_at_the_deadline_stays_a_cancellation() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = _Deadlines()
+    task = asyncio.ensure_future(deadlines.bound(_never(loop), 0.02))
+    await asyncio.sleep(0)
+    assert deadlines._timer is not None
+    loop.call_at(deadlines._timer.when(), task.cancel)  # after the deadline's, same moment
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling is 3.11+")
+async def test_a_round_trip_that_swallows_the_cancellation_leaves_the_task_uncancelled() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = _Deadlines()
+
+    async def swallows() -> str:
+        try:
+            await loop.create_future()
+        except asyncio.CancelledError:
+            return "swallowed"
+        return "answered"
+
+    assert await deadlines.bound(swallows(), 0.02) == "swallowed"
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    assert await asyncio.sleep(0.001, "on") == "on"  # not cancelled at its next await
+
+
+def test_a_round_trip_left_on_a_closed_loop_does_not_stop_the_next_loops() -> None:
+    deadlines = _Deadlines()
+    old = asyncio.new_event_loop()
+    stuck = old.create_task(deadlines.bound(_never(old), 0.01))
+    old.run_until_complete(asyncio.sleep(0))  # in flight when its loop closes
+    old.close()
+
+    async def next_loop() -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.wait_for(deadlines.bound(_never(loop), 0.02), 5.0)
+
+    with pytest.raises(asyncio.TimeoutError, match="no reply within"):
+        asyncio.run(next_loop())
+    assert not stuck.done()

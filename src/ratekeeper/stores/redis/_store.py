@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -396,9 +397,11 @@ class _Deadlines:
     timer for all of them, where ``asyncio.timeout`` schedules and cancels one per round
     trip (about a third of a decision's own CPU on Redis). A round trip past its deadline
     has its task cancelled, and raises ``TimeoutError`` -- unless the task was also
-    cancelled from outside, whose ``CancelledError`` goes on (as ``asyncio.timeout``)."""
+    cancelled from outside, whose ``CancelledError`` goes on (as ``asyncio.timeout``; on
+    Python 3.10, which cannot tell the two apart, an outside cancellation in the same step
+    as the deadline becomes the ``TimeoutError``, as ``asyncio.wait_for`` does there)."""
 
-    __slots__ = ("_expired", "_inflight", "_loop", "_next", "_timer")
+    __slots__ = ("_expired", "_inflight", "_last", "_loop", "_next", "_ordered", "_timer")
 
     def __init__(self) -> None:
         #: token -> (deadline on the loop's clock, the task making the round trip).
@@ -408,23 +411,35 @@ class _Deadlines:
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next = 0
+        #: Deadlines came in increasing order (one timeout for all: the usual case), so
+        #: `_expire` can stop at the first one not yet due; and the latest of them.
+        self._ordered = True
+        self._last = -math.inf
 
     async def bound(self, aw: Awaitable[T], timeout: float) -> T:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         if task is None:  # not in a task (a bare coroutine driven by hand): nothing to cancel
             return await asyncio.wait_for(aw, timeout)
+        if loop is not self._loop:  # a new loop: a closed one's round trips are gone with it
+            self._inflight = {t: v for t, v in self._inflight.items()
+                              if v[1].get_loop() is loop}
+            # (the old loop's timer, if it ever fires, finds it is not the loop: `_expire`)
+            self._timer, self._loop, self._ordered = None, loop, False
         self._next = token = self._next + 1
         deadline = loop.time() + timeout
         cancelling = 0
         if sys.version_info >= (3, 11):
             cancelling = task.cancelling()
         self._inflight[token] = (deadline, task)
+        if deadline < self._last:
+            self._ordered = False
+        self._last = deadline
         timer = self._timer
-        if timer is None or deadline < timer.when() or loop is not self._loop:
+        if timer is None or deadline < timer.when():
             if timer is not None:
                 timer.cancel()
-            self._timer, self._loop = loop.call_at(deadline, self._expire, loop), loop
+            self._timer = loop.call_at(deadline, self._expire, loop)
         try:
             return await aw
         except asyncio.CancelledError:
@@ -436,29 +451,36 @@ class _Deadlines:
             raise asyncio.TimeoutError(f"no reply within {timeout:g} s") from None
         finally:
             self._inflight.pop(token, None)
+            if not self._inflight:  # nothing in flight: any order starts afresh
+                self._ordered, self._last = True, -math.inf
             if token in self._expired:  # cancelled, but the round trip swallowed it
                 self._expired.discard(token)
                 if sys.version_info >= (3, 11):  # (Task.cancelling/uncancel are 3.11+)
                     task.uncancel()
 
     def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is not self._loop:
+            return
         self._timer = None
         now = loop.time()
         soonest = None
-        for token, (deadline, task) in list(self._inflight.items()):
+        due = []
+        for token, (deadline, task) in self._inflight.items():
             if deadline <= now:
-                del self._inflight[token]
-                self._expired.add(token)
-                task.cancel()
+                due.append((token, task))
+            elif self._ordered:  # the rest are later still
+                soonest = deadline
+                break
             elif soonest is None or deadline < soonest:
                 soonest = deadline
+        if not self._ordered and len(due) == len(self._inflight):
+            self._ordered = True  # every out-of-order deadline is gone
+        for token, task in due:
+            del self._inflight[token]
+            self._expired.add(token)
+            task.cancel()
         if soonest is not None:
             self._timer = loop.call_at(soonest, self._expire, loop)
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
 
 class AsyncRedisStore(_RedisCore):
@@ -568,20 +590,23 @@ class AsyncRedisStore(_RedisCore):
         """Queue `call` for this loop iteration's batch and wait for its reply."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        batch = self._batch
-        if batch is None:
-            # The batch's task first runs in the next iteration, after every call made in
-            # this one has joined it.
-            batch = self._batch = []
-            task = loop.create_task(self._send_batch(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        batch.append((call, fut))
+        if self._batch is None:
+            # A callback, not the batch's task itself: a task may start at once (an eager
+            # task factory) or be cancelled before it starts, and either would strand it.
+            self._batch = []
+            loop.call_soon(self._flush)
+        self._batch.append((call, fut))
         return await fut
 
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, None
+        if not batch:
+            return
+        task = asyncio.get_running_loop().create_task(self._send_batch(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _send_batch(self, batch: list[tuple[_Call, asyncio.Future[Any]]]) -> None:
-        if self._batch is batch:  # closed: later calls start the next one
-            self._batch = None
         try:
             if len(batch) == 1:
                 results = [await self._bounded(self._send_one(batch[0][0]))]
@@ -734,7 +759,6 @@ class AsyncRedisStore(_RedisCore):
         """Close the client if this store created it (`from_url`)."""
         for task in list(self._tasks):
             task.cancel()
-        self._deadlines.close()
         if self._owns_client:
             await self._client.aclose()
 
