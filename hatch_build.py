@@ -10,15 +10,16 @@ tested against). Set ``RATEKEEPER_NO_EXTENSIONS=1`` to skip compiling;
 
 Each module is built in place, beside its source, so an editable install uses it too. A twin
 carries the sha256 of the source it was built from, and `ratekeeper._compiled.twin` ignores
-(with a warning) a build older than its source; for the plain modules the build writes
-`src/ratekeeper/_compiled.json` (each one's sha256), and one edited since runs from its
-``.py`` (`ratekeeper._compiled`).
+(with a warning) a build older than its source; the plain modules are built under names only
+`ratekeeper._compiled` loads, which checks them against the build's record
+(`_compiled.<interpreter>.json`, each one's sha256): one edited since runs from its ``.py``.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
+import importlib.machinery
+import importlib.util
 import json
 import os
 import sys
@@ -35,14 +36,15 @@ SOURCES = ["src/ratekeeper/stores/_memory_hot_c.pyx", "src/ratekeeper/replay/_re
 PLAIN_DIRECTIVES = {"binding": True, "annotation_typing": False}
 
 
-def plain_modules(root: Path) -> list[str]:
-    """`ratekeeper._compiled.MODULES`, read without importing the package."""
-    tree = ast.parse((root / "src/ratekeeper/_compiled.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "MODULES" for t in node.targets):
-            return list(ast.literal_eval(node.value))
-    raise LookupError("no MODULES in src/ratekeeper/_compiled.py")
+def compiled_names(root: Path) -> Any:
+    """`ratekeeper._compiled` (its `MODULES`, `build_name`, `MANIFEST`), loaded from its file
+    without importing the package (it imports the standard library only)."""
+    spec = importlib.util.spec_from_file_location("_ratekeeper_compiled_names",
+                                                  root / "src/ratekeeper/_compiled.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _flag(name: str) -> bool:
@@ -61,7 +63,7 @@ class CompiledHotPath(BuildHookInterface):  # type: ignore[misc]
         root = Path(self.root)
         try:
             built = [self._compile(root, source) for source in SOURCES]
-            built += self._compile_plain(root, plain_modules(root))
+            built += self._compile_plain(root, compiled_names(root))
         except Exception as e:  # no Cython, no compiler, no headers: pure Python it is
             if _flag("RATEKEEPER_REQUIRE_EXTENSIONS"):
                 raise
@@ -76,14 +78,22 @@ class CompiledHotPath(BuildHookInterface):  # type: ignore[misc]
             build_data["artifacts"].append(relative)
             build_data["force_include"][str(path)] = relative.removeprefix("src/")
 
-    def _compile_plain(self, root: Path, modules: list[str]) -> list[Path]:
-        """Compile `modules` (dotted names of plain modules) as they are, in place; then
-        record each source's sha256 in ``_compiled.json`` (returned last, with the builds)."""
+    def _compile_plain(self, root: Path, names: Any) -> list[Path]:
+        """Compile `names.MODULES` (dotted names of plain modules) as they are, each to
+        `names.build_name` beside its ``.py``; then record each source's sha256 in
+        `names.MANIFEST` (returned last, with the builds)."""
         from Cython.Build import cythonize  # noqa: PLC0415
         from setuptools import Distribution, Extension  # noqa: PLC0415
 
-        manifest = root / "src/ratekeeper/_compiled.json"
+        package = root / "src/ratekeeper"
+        manifest = package / names.MANIFEST
         manifest.unlink(missing_ok=True)  # a failed build leaves no record: sources run
+        # Extensions of the standard name beside a .py (an older layout's builds) would be
+        # found by Python's own import: the package ignores them, and so they go.
+        for py in package.rglob("*.py"):
+            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+                py.with_name(py.stem + suffix).unlink(missing_ok=True)
+        modules: list[str] = list(names.MODULES)
         sources = {m: root / "src" / (m.replace(".", "/") + ".py") for m in modules}
         digests = {m: hashlib.sha256(p.read_bytes()).hexdigest() for m, p in sources.items()}
         exts = [Extension(m, [str(p)]) for m, p in sources.items()]
@@ -99,9 +109,15 @@ class CompiledHotPath(BuildHookInterface):  # type: ignore[misc]
             cmd.ensure_finalized()
             cmd.run()
             outs = [Path(cmd.get_ext_fullpath(m)) for m in modules]
+        builds = []
+        for module, built in zip(modules, outs, strict=True):
+            path = built if built.is_absolute() else root / built
+            build = path.with_name(names.build_name(sources[module].stem))
+            path.replace(build)  # the name only ratekeeper._compiled loads
+            builds.append(build)
         manifest.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
         self.app.display_info(f"ratekeeper: compiled {len(modules)} plain modules")
-        return [p if p.is_absolute() else root / p for p in outs] + [manifest]
+        return [*builds, manifest]
 
     def _compile(self, root: Path, source: str) -> Path:
         # Imported here: a build without them is still a (pure-Python) build.

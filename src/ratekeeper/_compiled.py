@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["MODULES", "PURE_PYTHON_ENV", "status", "twin"]
+__all__ = ["MANIFEST", "MODULES", "PURE_PYTHON_ENV", "build_name", "status", "twin"]
 
 #: Set this environment variable (to anything but ``""`` or ``"0"``) to run the pure-Python
 #: hot paths even where the compiled ones are built.
@@ -58,10 +58,8 @@ def twin(module: str, source: Path) -> ModuleType | None:
 # ----------------------------------------------------------------- compiled plain modules
 
 #: Plain modules on the service's per-decision path that the install also compiles as they
-#: are (Cython, `hatch_build.py`): one source, which runs compiled where it was built. A
-#: compiled module is an extension module of the same name beside its ``.py``, which Python's
-#: import finds first; `_finder` makes the ``.py`` load instead when the build is not to
-#: be used. Listed here, read by `hatch_build.py` and the tests; keep them few and hot.
+#: are (Cython, `hatch_build.py`): one source, which runs compiled where it was built. Listed
+#: here, read by `hatch_build.py` and the tests; keep them few and hot.
 MODULES = (
     "ratekeeper._memo",
     "ratekeeper.core",
@@ -77,8 +75,22 @@ MODULES = (
     "ratekeeper.service._grpc",
 )
 
-#: The build's record of what it compiled, beside this file: ``{module: sha256 of its .py}``.
-MANIFEST = "_compiled.json"
+#: This interpreter's extension-module suffix (".cpython-311-x86_64-linux-gnu.so").
+_SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+#: A module's build, beside its ``.py`` under a name Python's own import never looks for
+#: (``core.compiled.cpython-311-x86_64-linux-gnu.so``): only `_finder` loads it, and only
+#: once it checked it (an old commit, or another interpreter, simply runs the ``.py``).
+BUILD_INFIX = ".compiled"
+
+#: The build's record for this interpreter, beside this file (``{module: sha256 of the
+#: .py it was built from}``): each interpreter's builds have their own.
+MANIFEST = "_compiled" + _SUFFIX.removesuffix(".so").removesuffix(".pyd") + ".json"
+
+
+def build_name(stem: str) -> str:
+    """The file name of the build of the module whose ``.py`` is ``<stem>.py``."""
+    return stem + BUILD_INFIX + _SUFFIX
 
 
 def _built() -> dict[str, str]:
@@ -94,54 +106,73 @@ def _sha256(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-class _SourceUnlessBuilt(importlib.abc.MetaPathFinder):
-    """For the `MODULES`: their ``.py`` (a plain source spec) unless their build is to be
-    used -- built from the very source there now (the manifest's sha256), and
-    ``RATEKEEPER_PURE_PYTHON`` unset. Otherwise no answer, and the path finder finds the
-    build (extension modules come first in its search)."""
+class _BuildIfCurrent(importlib.abc.MetaPathFinder):
+    """Loads each of the `MODULES` from its build when the build was made from the very
+    ``.py`` there now (the manifest's sha256) and ``RATEKEEPER_PURE_PYTHON`` was unset at
+    import; from its ``.py`` otherwise. Any other plain module of the package whose ``.py``
+    has an extension module of the standard name beside it (a stray build) loads from its
+    ``.py`` too: Python's import would prefer the extension."""
 
     def __init__(self, built: dict[str, str], pure: bool) -> None:
         self.built, self.pure = built, pure
-        #: Why each module that loads from source does ("stale", "not built", "pure").
+        #: Why each of the `MODULES` that loads from source does ("stale", "not built",
+        #: "pure").
         self.sources: dict[str, str] = {}
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in MODULES or not path:
+        if not path or not fullname.startswith("ratekeeper."):
             return None
-        name = fullname.rpartition(".")[2] + ".py"
+        stem = fullname.rpartition(".")[2]
         for entry in path:
-            source = os.path.join(entry, name)
+            source = os.path.join(entry, stem + ".py")
             if os.path.isfile(source):
                 break
         else:
-            return None
-        digest = self.built.get(fullname)
-        why = ("pure" if self.pure else "not built" if digest is None
-               else None if _sha256(source) == digest else "stale")
-        if why is None:
-            return None
-        self.sources[fullname] = why
+            return None  # a package, or a module with no .py (the twins)
+        if fullname in MODULES:
+            digest = self.built.get(fullname)
+            build = os.path.join(entry, build_name(stem))
+            why = ("pure" if self.pure else "not built"
+                   if digest is None or not os.path.isfile(build)
+                   else None if _sha256(source) == digest else "stale")
+            if why is None:
+                return importlib.util.spec_from_file_location(
+                    fullname, build, loader=importlib.machinery.ExtensionFileLoader(
+                        fullname, build))
+            self.sources[fullname] = why
+        elif not any(os.path.exists(os.path.join(entry, stem + suffix))
+                     for suffix in importlib.machinery.EXTENSION_SUFFIXES):
+            return None  # the usual case: Python's own import finds the same .py
         return importlib.util.spec_from_file_location(fullname, source)
 
 
+def _install() -> _BuildIfCurrent:
+    for f in list(sys.meta_path):  # a reload of this module: replace its finder
+        if type(f).__name__ == _BuildIfCurrent.__name__:
+            sys.meta_path.remove(f)
+    finder = _BuildIfCurrent(_built(), _pure())
+    sys.meta_path.insert(0, finder)
+    return finder
+
+
 #: Installed on import, before any of the `MODULES` is (``ratekeeper/__init__.py`` imports
-#: this module first).
-_finder = _SourceUnlessBuilt(_built(), _pure())
-sys.meta_path.insert(0, _finder)
+#: this module first); not when `hatch_build.py` reads this file for its names.
+_finder = _install() if __name__ == "ratekeeper._compiled" else _BuildIfCurrent({}, True)
 
 
 def status() -> dict[str, str]:
     """How each imported module of `MODULES` runs: ``"compiled"``, or ``"source: <why>"``
     (``stale``: its ``.py`` was edited since the build, rebuild with ``pip install -e .``;
-    ``not built``; ``pure``: ``RATEKEEPER_PURE_PYTHON`` is set)."""
+    ``not built``; ``pure``: ``RATEKEEPER_PURE_PYTHON`` was set when it was imported)."""
     out = {}
     for name in MODULES:
         module = sys.modules.get(name)
         if module is None:
             continue
-        why = _finder.sources.get(name)
-        if why is None and str(getattr(module, "__file__", "")).endswith(".py"):
-            why = "not built"
-        out[name] = "compiled" if why is None else f"source: {why}"
+        spec = getattr(module, "__spec__", None)
+        compiled = isinstance(getattr(spec, "loader", None),
+                              importlib.machinery.ExtensionFileLoader)
+        out[name] = "compiled" if compiled \
+            else f"source: {_finder.sources.get(name, 'not built')}"
     return out

@@ -113,6 +113,17 @@ def test_the_hot_route_sends_what_starlettes_route_sends(chunked: bool) -> None:
     asyncio.run(both())
 
 
+def test_the_routes_keep_their_endpoints_names() -> None:
+    # The endpoints are given to Starlette as ASGI apps (`_http._route`: a compiled
+    # function is no Python function object), under their own names.
+    app = _app()
+    paths = {name: app.url_path_for(name) for name in (
+        "check", "http_check", "policies", "healthz", "readyz", "healthcheck", "metrics")}
+    assert paths == {"check": "/v1/check", "http_check": "/v1/http",
+                     "policies": "/v1/policies", "healthz": "/healthz", "readyz": "/readyz",
+                     "healthcheck": "/healthcheck", "metrics": "/metrics"}
+
+
 def test_the_hot_route_answers_a_decision_as_json() -> None:
     sent = asyncio.run(_call(_app(), BODIES[0]))
     assert sent[0]["status"] == 200

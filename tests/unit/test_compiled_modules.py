@@ -6,6 +6,7 @@ service's tests (the rest of the suite runs on the compiled ones where they are 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import json
 import os
 import shutil
@@ -60,7 +61,8 @@ def test_every_compiled_module_runs_its_build_here() -> None:
         importlib.import_module(name)
     stale = {m: s for m, s in _compiled.status().items() if s != "compiled"}
     assert not stale, f"running from source: {stale}; rebuild with `pip install -e .`"
-    assert all(sys.modules[m].__file__.endswith(".so") for m in _compiled.MODULES)  # type: ignore[union-attr]
+    assert all(sys.modules[m].__file__.endswith(_compiled.build_name(m.rpartition(".")[2]))  # type: ignore[union-attr]
+               for m in _compiled.MODULES)
 
 
 def test_a_module_edited_since_its_build_runs_from_its_source(tmp_path: Path) -> None:
@@ -75,6 +77,22 @@ def test_a_module_edited_since_its_build_runs_from_its_source(tmp_path: Path) ->
     others = [m for m in _compiled.MODULES if m != "ratekeeper.core"]
     assert all(got["status"][m] == "compiled" for m in others), got["status"]
     assert all(got["files"][m].endswith(".so") for m in others)
+
+
+def test_an_extension_of_the_standard_name_beside_a_source_is_not_loaded(
+        tmp_path: Path) -> None:
+    # Python's own import prefers core.cpython-3xx.so to core.py: an older build of that
+    # name (or a stray copy) must not run in place of the source.
+    _require_build()
+    package = _copy_package(tmp_path)
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    shutil.copy(package / _compiled.build_name("core"), package / f"core{suffix}")
+    with (package / "core.py").open("a") as f:
+        f.write("\nEDITED = 1\n")
+    (package / f"_errors{suffix}").write_bytes(b"not an extension")  # a module not listed
+    got = _probe(tmp_path)
+    assert got["edited"] == 1 and got["status"]["ratekeeper.core"] == "source: stale"
+    assert got["files"]["ratekeeper.core"] == str(package / "core.py")
 
 
 def test_without_the_build_record_every_module_runs_from_its_source(tmp_path: Path) -> None:
@@ -100,7 +118,9 @@ def test_the_build_hook_compiles_the_listed_modules() -> None:
         hatch_build = importlib.import_module("hatch_build")
     finally:
         sys.path.remove(str(ROOT))
-    assert hatch_build.plain_modules(ROOT) == list(_compiled.MODULES)
+    names = hatch_build.compiled_names(ROOT)
+    assert names.MODULES == _compiled.MODULES and names.MANIFEST == _compiled.MANIFEST
+    assert names.build_name("core") == _compiled.build_name("core")
     if (PACKAGE / _compiled.MANIFEST).exists():
         assert sorted(json.loads((PACKAGE / _compiled.MANIFEST).read_text())) \
             == sorted(_compiled.MODULES)

@@ -592,7 +592,8 @@ class _ASGIApp:
 
 def _route(path: str, endpoint: Callable[[Request], Awaitable[Response]], method: str) -> Route:
     """``Route(path, endpoint, methods=[method])``, whether `endpoint` is compiled or not."""
-    return Route(path, _ASGIApp(request_response(endpoint)), methods=[method])
+    return Route(path, _ASGIApp(request_response(endpoint)), methods=[method],
+                 name=endpoint.__name__)
 
 
 _TITLES = {404: "Not Found", 405: "Method Not Allowed"}
