@@ -143,6 +143,66 @@ async def test_a_cancelled_caller_does_not_break_the_batch(standalone: StoreTarg
         assert not (await limiter.hit("after")).degraded
 
 
+async def test_the_first_caller_cancelled_while_its_batch_is_open_sends_the_others(
+        standalone: StoreTarget) -> None:
+    # The first call of an iteration waits one step for the others, then sends the batch:
+    # cancelled in that step, it hands the others their round trip instead of leaving them.
+    async with open_store(standalone, client_clock=True) as store:
+        limiter = AsyncLimiter(Limit("gcra", "100/s", burst=100), store, clock=ManualClock(0.0),
+                               failure="raise")
+        await limiter.hit("warm")
+        pipelines = store.stats.pipelines
+        tasks = [asyncio.ensure_future(limiter.hit(f"k{i}")) for i in range(5)]
+        await asyncio.sleep(0)  # every call is in the batch, the first waits its step
+        assert store._batch is not None and len(store._batch) == 4
+        tasks[0].cancel()
+        done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True),
+                                      FUNCTIONAL_TIMEOUT)
+        assert isinstance(done[0], asyncio.CancelledError)
+        assert [d.remaining for d in done[1:]] == [99.0] * 4  # type: ignore[union-attr]
+        assert store.stats.pipelines == pipelines + 1  # the four, as one pipeline
+        assert (await store.astate(limiter.limits[0], "k0")) is None  # charged nothing
+        assert store._batch is None and not (await limiter.hit("after")).degraded
+
+
+async def test_the_first_caller_cancelled_during_its_batchs_round_trip_cancels_no_one_else(
+        standalone: StoreTarget) -> None:
+    async with open_store(standalone, client_clock=True) as store:
+        limiter = AsyncLimiter(Limit("gcra", "100/s", burst=100), store, clock=ManualClock(0.0),
+                               failure="raise")
+        await limiter.hit("warm")
+        tasks = [asyncio.ensure_future(limiter.hit(f"k{i}")) for i in range(5)]
+        for _ in range(3):  # the batch is on its way, in a task of its own
+            await asyncio.sleep(0)
+        assert store._batch is None and store._tasks
+        tasks[0].cancel()
+        done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True),
+                                      FUNCTIONAL_TIMEOUT)
+        assert isinstance(done[0], asyncio.CancelledError)
+        assert [d.remaining for d in done[1:]] == [99.0] * 4  # type: ignore[union-attr]
+
+
+async def test_a_lone_call_makes_its_round_trip_in_its_callers_task(
+        standalone: StoreTarget) -> None:
+    # No batch task, no future for the usual call under gRPC: one request per iteration.
+    async with open_store(standalone, client_clock=True) as store:
+        limiter = AsyncLimiter(Limit("gcra", "100/s", burst=100), store, clock=ManualClock(0.0),
+                               failure="raise")
+        await limiter.hit("warm")
+        lone = asyncio.ensure_future(limiter.hit("alone"))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not lone.done() and store._batch is None and not store._tasks
+        assert (await lone).remaining == 99.0
+        lone = asyncio.ensure_future(limiter.hit("cancelled"))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        lone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await lone
+        assert not (await limiter.hit("after")).degraded  # the store goes on
+
+
 async def test_deny_cache_async(standalone: StoreTarget) -> None:
     async with open_store(standalone, client_clock=True, deny_cache=True) as store:
         limiter = AsyncLimiter(Limit("fixed-window", "1/m"), store, clock=ManualClock(0.0))

@@ -418,7 +418,7 @@ class _Deadlines:
 
     async def bound(self, aw: Awaitable[T], timeout: float) -> T:
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)  # (without `loop`, it looks the loop up again)
         if task is None:  # not in a task (a bare coroutine driven by hand): nothing to cancel
             return await asyncio.wait_for(aw, timeout)
         if loop is not self._loop:  # a new loop: a closed one's round trips are gone with it
@@ -514,6 +514,7 @@ class AsyncRedisStore(_RedisCore):
         self._owns_client = _owns_client
         self.coalesce = coalesce
         self.timeout = None if timeout is None else _check_timeout(timeout)
+        #: The calls that joined this loop iteration's batch (its first call is not in it).
         self._batch: list[tuple[_Call, asyncio.Future[Any]]] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._deadlines = _Deadlines()
@@ -587,21 +588,37 @@ class AsyncRedisStore(_RedisCore):
                 self._loaded(None)
 
     async def _submit(self, call: _Call) -> Any:
-        """Queue `call` for this loop iteration's batch and wait for its reply."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        if self._batch is None:
-            # A callback, not the batch's task itself: a task may start at once (an eager
-            # task factory) or be cancelled before it starts, and either would strand it.
-            self._batch = []
-            loop.call_soon(self._flush)
-        self._batch.append((call, fut))
-        return await fut
+        """Send `call` with the calls issued in the same loop iteration, as one pipeline.
 
-    def _flush(self) -> None:
-        batch, self._batch = self._batch, None
-        if not batch:
-            return
+        The first call of an iteration opens the batch and waits one loop step, as long as
+        a callback scheduled then would, for the others to join. Alone, it makes its round
+        trip itself, in its caller's task, as an uncoalesced call does: no future, no task
+        (a lone call is the usual case under gRPC). With company, the batch goes in a task
+        of its own, so that a caller cancelled then cancels no one else's round trip."""
+        joining = self._batch
+        if joining is not None:  # this iteration's batch is open: join it
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            joining.append((call, fut))
+            return await fut
+        others: list[tuple[_Call, asyncio.Future[Any]]] = []
+        self._batch = others
+        try:
+            await asyncio.sleep(0)  # one loop step: this iteration's other calls join
+        except BaseException:  # cancelled while the batch was open: the others still go
+            if self._batch is others:
+                self._batch = None
+            if others:
+                self._start(others)
+            raise
+        if self._batch is others:
+            self._batch = None
+        if not others:
+            return await self._bounded(self._send_one(call))
+        own: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._start([(call, own), *others])
+        return await own
+
+    def _start(self, batch: list[tuple[_Call, asyncio.Future[Any]]]) -> None:
         task = asyncio.get_running_loop().create_task(self._send_batch(batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
