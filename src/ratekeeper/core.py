@@ -89,10 +89,11 @@ Plan = Generator[Op, Any, T]
 # both); a shared driver object cost 0.4 µs per plan, most of a composite decision's overhead.
 
 
-def run(plan: Plan[T]) -> T:
-    """Execute `plan` with synchronous store calls."""
+def run(plan: Plan[T], failed: StoreError | None = None) -> T:
+    """Execute `plan` with synchronous store calls; with `failed`, its first store call
+    was made already, and failed with that error."""
     try:
-        op = next(plan)
+        op = next(plan) if failed is None else _failed_first(plan, failed)
         while True:
             try:
                 result = op.target(*op.args) if op.method == "sleep" else \
@@ -106,10 +107,11 @@ def run(plan: Plan[T]) -> T:
         return value
 
 
-async def arun(plan: Plan[T]) -> T:
-    """Execute `plan` with awaited store calls (an async store's ``a``-prefixed methods)."""
+async def arun(plan: Plan[T], failed: StoreError | None = None) -> T:
+    """Execute `plan` with awaited store calls (an async store's ``a``-prefixed methods);
+    `failed` as `run`'s."""
     try:
-        op = next(plan)
+        op = next(plan) if failed is None else _failed_first(plan, failed)
         while True:
             try:
                 result = await _acall(op)
@@ -120,6 +122,11 @@ async def arun(plan: Plan[T]) -> T:
     except StopIteration as stop:
         value: T = stop.value
         return value
+
+
+def _failed_first(plan: Plan[Any], error: StoreError) -> Op:
+    next(plan)  # the store call made already
+    return plan.throw(error)
 
 
 async def _acall(op: Op) -> Any:

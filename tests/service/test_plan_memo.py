@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratekeeper import core
+from ratekeeper._errors import StoreUnavailable
+from ratekeeper._types import Decision
 from ratekeeper.policy._engine import CheckResult, Engine, InvalidRequest, make_descriptor
 from ratekeeper.policy._envoy_config import parse_envoy_config
 from ratekeeper.policy._loader import parse_policies_text
@@ -90,6 +93,11 @@ _steps = st.lists(st.tuples(st.integers(0, 3), st.sampled_from((1.0, 1.0, 2.0)),
                   min_size=1, max_size=40)
 
 
+class _Awaited(MemoryStore):
+    """A MemoryStore the engine drives through its async methods, as it drives a Redis
+    store: `Engine.check`'s awaited direct path (its async methods never wait)."""
+
+
 def _summary(r: CheckResult | str) -> Any:
     if isinstance(r, str):
         return r
@@ -127,6 +135,7 @@ def test_a_remembered_plan_decides_exactly_as_a_fresh_one(snap: Policies, shapes
     fresh = Engine(lambda: snap, MemoryStore(), clock=clock)
     remembered = Engine(lambda: snap, MemoryStore(), clock=clock)
     checked = Engine(lambda: snap, MemoryStore(), clock=clock)  # Engine.check's direct path
+    awaited = Engine(lambda: snap, _Awaited(), clock=clock)  # its awaited direct path
     for i, hits, advance in steps:
         clock.advance(advance)
         domain, raw = shapes[i % len(shapes)]
@@ -134,8 +143,10 @@ def test_a_remembered_plan_decides_exactly_as_a_fresh_one(snap: Policies, shapes
         a = _run(fresh, snap, req, forget=True)
         b = _run(remembered, snap, req, forget=False)
         c = _run(checked, snap, req, forget=False, via_check=True)
+        d = _run(awaited, snap, req, forget=False, via_check=True)
         assert _summary(b) == _summary(a), req
         assert _summary(c) == _summary(a), req
+        assert _summary(d) == _summary(a), req
 
 
 def test_check_answers_a_remembered_request_with_plain_calls_as_plan_does() -> None:
@@ -165,6 +176,51 @@ def test_check_answers_a_remembered_request_with_plain_calls_as_plan_does() -> N
     assert direct == [False, True, False, True, False, True]  # new shapes go through plan
     last = _run(checked, snap, ("d", [([("user", "w")], None)], 1.0), False, via_check=True)
     assert isinstance(last, CheckResult) and not last.allowed  # the global 3/hour is spent
+
+
+class _Failing(MemoryStore):
+    """Fails every decision while `down`, counting the store calls made."""
+
+    def __init__(self, *, awaited: bool) -> None:
+        super().__init__()
+        self.down, self.calls, self.awaited = False, 0, awaited
+
+    def decide(self, checks: Any, now: float, consume: bool = True
+               ) -> tuple[list[Decision], float]:
+        self.calls += 1
+        if self.down:
+            raise StoreUnavailable("the test's store is down")
+        return super().decide(checks, now, consume)
+
+    async def adecide(self, checks: Any, now: float, consume: bool = True
+                      ) -> tuple[list[Decision], float]:
+        assert self.awaited
+        return self.decide(checks, now, consume)
+
+
+@pytest.mark.parametrize("awaited", [False, True], ids=["plain", "awaited"])
+@pytest.mark.parametrize("failure", ["open", "closed", "local"])
+def test_a_failed_direct_store_call_is_the_failure_policys_without_asking_again(
+        awaited: bool, failure: str) -> None:
+    # Engine.check's direct paths make the remembered one-rule request's store call
+    # themselves; when it fails, the plan goes on from that failure (the store is not asked
+    # a second time) and answers as the general path answers the same failure.
+    snap = parse_policies_text(
+        f'[service]\nfailure = "{failure}"\n[[domains.d.descriptors]]\nkey = "user"\n'
+        'limits = [{ algorithm = "fixed-window", rate = "2/hour" }]')
+    clock = ManualClock(1000.0)
+    stores = [_Failing(awaited=awaited), _Failing(awaited=False)]
+    checked, planned = (Engine(lambda: snap, s, clock=clock) for s in stores)
+    checked._awaits_nothing = not awaited  # a MemoryStore subclass would be awaited
+    req = ("d", [([("user", "u")], None)], 1.0)
+    for down in (False, True, True, False):  # the first call plans; then direct
+        for s in stores:
+            s.down = down
+        c = _run(checked, snap, req, forget=False, via_check=True)
+        a = _run(planned, snap, req, forget=True)
+        assert _summary(c) == _summary(a), down
+        assert isinstance(c, CheckResult) and c.degraded == down
+    assert stores[0].calls == stores[1].calls == 4  # one store call per request
 
 
 def test_a_request_seen_twice_is_planned_once() -> None:
@@ -208,12 +264,15 @@ def test_one_descriptor_answers_as_the_general_path(snap: Policies, shapes: list
     clock = ManualClock(1000.0)
     alone = Engine(lambda: snap, MemoryStore(), clock=clock)
     checked = Engine(lambda: snap, MemoryStore(), clock=clock)  # Engine.check's direct path
+    awaited = Engine(lambda: snap, _Awaited(), clock=clock)  # its awaited direct path
     general = Engine(lambda: snap, MemoryStore(), clock=clock)
     for i, hits, advance in steps:
         clock.advance(advance)
         entries, h = shapes[i % len(shapes)]
         a = _run(alone, snap, ("d", [(entries, h)], hits), forget=False)
         c = _run(checked, snap, ("d", [(entries, h)], hits), forget=False, via_check=True)
+        w = _run(awaited, snap, ("d", [(entries, h)], hits), forget=False, via_check=True)
+        assert _summary(w) == _summary(c), entries
         b = _run(general, snap, ("d", [(entries, h), ([("unmatched", "x")], None)], hits),
                  forget=False)
         if isinstance(a, str) or isinstance(b, str):

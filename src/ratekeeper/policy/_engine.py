@@ -236,11 +236,12 @@ def _short(v: object) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-#: What `plan` works out before its store calls: per descriptor (rule, its checks' keys,
-#: shadow, look-only), the enforced checks, the rules' own failure policies, the shadow checks
-#: and the looks.
+#: One descriptor's part of a plan: its rule, its checks' keys, shadow, look-only.
+_RulePlan = tuple[Rule | None, list[tuple[str, str]], bool, bool]
+#: What `plan` works out before its store calls: per descriptor its `_RulePlan`, the
+#: enforced checks, the rules' own failure policies, the shadow checks and the looks.
 _Prepared = tuple[
-    list[tuple[Rule | None, list[tuple[str, str]], bool, bool]],
+    list[_RulePlan],
     dict[tuple[str, str], Check],
     dict[tuple[str, str], FailurePolicy],
     dict[tuple[str, str], Check],
@@ -299,11 +300,25 @@ class Engine:
                     hits: float = 1.0) -> CheckResult:
         """Decide one request on an asyncio store. Raises `UnknownDomain` /
         `InvalidRequest` on bad input."""
+        snap = self._policies()
         if self._awaits_nothing:  # MemoryStore's async methods only call its sync ones
-            snap = self._policies()
             return self._one_rule_now(snap, domain, descriptors, hits) \
                 or core.run(self.plan(snap, domain, descriptors, hits))
-        return await core.arun(self.plan(self._policies(), domain, descriptors, hits))
+        one = self._remembered_one_rule(snap, domain, descriptors, hits)
+        if one is None:
+            return await core.arun(self.plan(snap, domain, descriptors, hits))
+        # `plan`'s answer for a remembered one-rule request, with its one store call
+        # awaited here rather than through the plan's generators (`_one_rule_now`'s twin).
+        plan, enforced = one
+        now = self.clock()
+        checks = list(enforced.values())
+        t0 = time.perf_counter()
+        try:
+            decisions, at = await self.store.adecide(checks, now, True)  # type: ignore[union-attr]
+        except StoreError as e:  # the plan goes on from its failed store call
+            return await core.arun(self._one_rule(snap, domain, plan, enforced, now, t0=t0), e)
+        return self._one_rule_answered(snap, domain, plan, enforced, checks=checks,
+                                       decisions=decisions, at=at, t0=t0)
 
     def _memo_key(self, snap: Policies, domain: str, descriptors: Sequence[DescriptorRequest],
                   hits: float) -> tuple[object, ...] | None:
@@ -323,13 +338,11 @@ class Engine:
             return (id(snap), domain, hits, *[(d.entries, d.hits) for d in descriptors])
         return None
 
-    def _one_rule_now(self, snap: Policies, domain: str,
-                      descriptors: Sequence[DescriptorRequest], hits: float
-                      ) -> CheckResult | None:
-        """`plan`'s answer with plain calls, on a store that awaits nothing, for a request
-        `plan` remembered as one descriptor of one enforced rule (`_one_rule`), else None
-        (`plan` answers). The same answer: tests/service/test_plan_memo.py holds it equal
-        to the general path."""
+    def _remembered_one_rule(self, snap: Policies, domain: str,
+                             descriptors: Sequence[DescriptorRequest], hits: float
+                             ) -> tuple[_RulePlan, dict[tuple[str, str], Check]] | None:
+        """The plan and checks `plan` remembered for this request when they are one
+        descriptor of one enforced rule (what `_one_rule` decides), else None."""
         if not descriptors or len(descriptors) > MAX_DESCRIPTORS:
             return None
         memo = self._memo_key(snap, domain, descriptors, hits)
@@ -339,19 +352,39 @@ class Engine:
         plans, enforced, failures, shadow, looks = got[1]
         if len(plans) != 1 or not enforced or shadow or looks or failures:
             return None
-        now = self.clock()
         settings = snap.settings
         if settings.fallback_share != self.failure.share:  # a reload changed it
             self.failure.set_share(settings.fallback_share)
+        return plans[0], enforced
+
+    def _one_rule_now(self, snap: Policies, domain: str,
+                      descriptors: Sequence[DescriptorRequest], hits: float
+                      ) -> CheckResult | None:
+        """`plan`'s answer with plain calls, on a store that awaits nothing, for a request
+        `plan` remembered as one descriptor of one enforced rule (`_one_rule`), else None
+        (`plan` answers). The same answer: tests/service/test_plan_memo.py holds it equal
+        to the general path."""
+        one = self._remembered_one_rule(snap, domain, descriptors, hits)
+        if one is None:
+            return None
+        plan, enforced = one
+        now = self.clock()
         checks = list(enforced.values())
         t0 = time.perf_counter()
         try:
             decisions, at = self.store.decide(checks, now, True)  # type: ignore[union-attr]
-        except StoreError:
-            return None  # nothing charged: `plan` asks again, and its failure policy answers
+        except StoreError as e:  # the plan goes on from its failed store call
+            return core.run(self._one_rule(snap, domain, plan, enforced, now, t0=t0), e)
+        return self._one_rule_answered(snap, domain, plan, enforced, checks=checks,
+                                       decisions=decisions, at=at, t0=t0)
+
+    def _one_rule_answered(self, snap: Policies, domain: str, plan: _RulePlan,
+                           enforced: dict[tuple[str, str], Check], *, checks: list[Check],
+                           decisions: list[Decision], at: float, t0: float) -> CheckResult:
+        """`_one_rule`'s answer once its store call (started at `t0`) answered."""
         self.stats.store_call(time.perf_counter() - t0, None)
         ticket = core.charged(self.store, checks, decisions, at, failure=self.failure)
-        return self._one_rule_result(snap, domain, plans[0], enforced, decisions,
+        return self._one_rule_result(snap, domain, plan, enforced, decisions,
                                      degraded=False, ticket=ticket)
 
     def plan(self, snap: Policies, domain: str, descriptors: Sequence[DescriptorRequest],
@@ -385,7 +418,7 @@ class Engine:
             if got is not None and got[0] is snap:
                 prepared = got[1]
         # Per descriptor: its rule, its checks' keys, shadow, look-only (hits 0).
-        plans: list[tuple[Rule | None, list[tuple[str, str]], bool, bool]]
+        plans: list[_RulePlan]
         enforced: dict[tuple[str, str], Check]
         failures: dict[tuple[str, str], FailurePolicy]  # rules with their own policy
         shadow: dict[tuple[str, str], Check]
@@ -625,22 +658,21 @@ class Engine:
             self._simple[ck] = (snap, out)
         return out
 
-    def _one_rule(self, snap: Policies, domain: str,
-                  plan: tuple[Rule | None, list[tuple[str, str]], bool, bool],
-                  enforced: dict[tuple[str, str], Check], now: float
-                  ) -> core.Plan[CheckResult]:
+    def _one_rule(self, snap: Policies, domain: str, plan: _RulePlan,
+                  enforced: dict[tuple[str, str], Check], now: float, *,
+                  t0: float | None = None) -> core.Plan[CheckResult]:
         """`plan`'s answer for one descriptor whose rule is enforced (no shadow, no look, no
-        rule of its own failure policy): the same `CheckResult` as the general path."""
+        rule of its own failure policy): the same `CheckResult` as the general path. `t0`:
+        when its store call started, if before this plan (`check`'s direct paths)."""
         settings = snap.settings
         if settings.fallback_share != self.failure.share:  # a reload changed it
             self.failure.set_share(settings.fallback_share)
         decisions, degraded, ticket = yield from self._decide(
-            list(enforced.values()), now, settings.failure)
+            list(enforced.values()), now, settings.failure, t0=t0)
         return self._one_rule_result(snap, domain, plan, enforced, decisions,
                                      degraded=degraded, ticket=ticket)
 
-    def _one_rule_result(self, snap: Policies, domain: str,
-                         plan: tuple[Rule | None, list[tuple[str, str]], bool, bool],
+    def _one_rule_result(self, snap: Policies, domain: str, plan: _RulePlan,
                          enforced: dict[tuple[str, str], Check], decisions: list[Decision],
                          *, degraded: bool, ticket: core.Ticket | None) -> CheckResult:
         """`_one_rule`'s answer from its store call's decisions."""
@@ -672,12 +704,14 @@ class Engine:
             ticket))
 
     def _decide(self, checks: list[Check], now: float, policy: FailurePolicy, *,
-                consume: bool = True, policies: Sequence[FailurePolicy] | None = None
+                consume: bool = True, policies: Sequence[FailurePolicy] | None = None,
+                t0: float | None = None
                 ) -> core.Plan[tuple[list[Decision], bool, core.Ticket | None]]:
         """One store call, through the core; on a `StoreError`, `policy`'s decisions, or
         with `policies` (one per check: rules with their own failure policy), each check's
-        own policy's."""
-        t0 = time.perf_counter()
+        own policy's. `t0`: when the store call started, if before this plan."""
+        if t0 is None:
+            t0 = time.perf_counter()
         if policies is None:
             decisions, ticket = yield from core.decide(self.store, checks, now, self.failure,
                                                        consume=consume, policy=policy)
