@@ -514,8 +514,9 @@ class AsyncRedisStore(_RedisCore):
         self._owns_client = _owns_client
         self.coalesce = coalesce
         self.timeout = None if timeout is None else _check_timeout(timeout)
-        #: The calls that joined this loop iteration's batch (its first call is not in it).
-        self._batch: list[tuple[_Call, asyncio.Future[Any]]] | None = None
+        #: This loop iteration's batch (its loop, the calls and their callers' futures).
+        self._batch: tuple[asyncio.AbstractEventLoop,
+                           list[tuple[_Call, asyncio.Future[Any]]]] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._deadlines = _Deadlines()
 
@@ -588,40 +589,43 @@ class AsyncRedisStore(_RedisCore):
                 self._loaded(None)
 
     async def _submit(self, call: _Call) -> Any:
-        """Send `call` with the calls issued in the same loop iteration, as one pipeline.
+        """Queue `call` for this loop iteration's batch and wait for its reply.
 
-        The first call of an iteration opens the batch and waits one loop step, as long as
-        a callback scheduled then would, for the others to join. Alone, it makes its round
-        trip itself, in its caller's task, as an uncoalesced call does: no future, no task
-        (a lone call is the usual case under gRPC). With company, the batch goes in a task
-        of its own, so that a caller cancelled then cancels no one else's round trip."""
-        joining = self._batch
-        if joining is not None:  # this iteration's batch is open: join it
-            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            joining.append((call, fut))
-            return await fut
-        others: list[tuple[_Call, asyncio.Future[Any]]] = []
-        self._batch = others
-        try:
-            await asyncio.sleep(0)  # one loop step: this iteration's other calls join
-        except BaseException:  # cancelled while the batch was open: the others still go
-            if self._batch is others:
-                self._batch = None
-            if others:
-                self._start(others)
-            raise
-        if self._batch is others:
+        The batch is sent by its own task, so a caller cancelled while it waits cancels no
+        one's round trip, its own included: the command still goes out and its connection
+        stays open (redis-py drops a connection whose command was cancelled mid-reply, and
+        gRPC cancels every call its client gave up on, as Envoy's 20 ms timeout does)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        batch = self._batch
+        if batch is None or batch[0] is not loop:
+            # A callback, not the batch's task itself: a task may start at once (an eager
+            # task factory) or be cancelled before it starts, and either would strand it.
+            # (A batch of another loop is gone with it: that loop closed before its flush.)
+            batch = self._batch = (loop, [])
+            loop.call_soon(self._flush, batch)
+        batch[1].append((call, fut))
+        return await fut
+
+    def _flush(self, batch: tuple[asyncio.AbstractEventLoop,
+                                  list[tuple[_Call, asyncio.Future[Any]]]]) -> None:
+        if self._batch is batch:
             self._batch = None
-        if not others:
-            return await self._bounded(self._send_one(call))
-        own: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._start([(call, own), *others])
-        return await own
-
-    def _start(self, batch: list[tuple[_Call, asyncio.Future[Any]]]) -> None:
-        task = asyncio.get_running_loop().create_task(self._send_batch(batch))
+        calls = batch[1]
+        task = batch[0].create_task(self._send_batch(calls))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(functools.partial(self._sent, calls))
+
+    def _sent(self, calls: list[tuple[_Call, asyncio.Future[Any]]],
+              task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        # A task cancelled before its first step (`aclose`) never ran: its callers would
+        # wait for good. (One that ran answered every caller, whatever happened.)
+        for _, fut in calls:
+            if not fut.done():
+                fut.set_exception(StoreUnavailable(
+                    f"Redis store {self._describe} unavailable: it was closed before this "
+                    "call was sent"))
 
     async def _send_batch(self, batch: list[tuple[_Call, asyncio.Future[Any]]]) -> None:
         try:
@@ -722,8 +726,7 @@ class AsyncRedisStore(_RedisCore):
         min_ms = self._min_ms.encode()
         grace_ms = (self._grace_ms if client_clock else "0").encode()
         rest = params + tuple(a.encode() for a in self._fast_tail(""))
-        breaker, failed, short_circuit = self._breaker, self._failed, self._short_circuit
-        submit, send = self._submit, self._send
+        call_server = self._call_server
 
         async def decide_one(key: str, cost: float, now: float) -> Decision:
             if "%" in key or "}" in key:
@@ -734,22 +737,33 @@ class AsyncRedisStore(_RedisCore):
                     else [c, *rest]
             else:
                 args = [repr(float(now)) if client_clock else b"", c, min_ms, grace_ms, *params]
-            call = _Call(script, [head + key + tail], args)
-            if not breaker.clean:
-                short_circuit(breaker)  # raises while open, or lets this call probe
-            try:
-                reply = await (submit(call) if self.coalesce else send(call))
-            except Exception as e:
-                raise failed(breaker, e) from e
-            if not breaker.clean:
-                breaker.success()
-            return parse(reply, limit, cost)
+            return parse(await call_server(_Call(script, [head + key + tail], args)),
+                         limit, cost)
 
         return decide_one
 
+    async def _call_server(self, call: _Call) -> Any:
+        """`call`'s reply from the one server (not a cluster): `_attempt` without its
+        outcome tuple, the breaker read through `clean` (the hot paths' round trip)."""
+        breaker = self._breaker
+        if not breaker.clean:
+            self._short_circuit(breaker)  # raises while open, or lets this call probe
+        try:
+            reply = await (self._submit(call) if self.coalesce else self._send(call))
+        except Exception as e:
+            raise self._failed(breaker, e) from e
+        if not breaker.clean:
+            breaker.success()
+        return reply
+
     async def adecide(self, checks: Sequence[Check], now: float,
                       consume: bool = True) -> tuple[list[Decision], float]:
-        return await self._run(self._decide_cached_plan(checks, now, consume))
+        if self._deny is not None or self.cluster or not checks:
+            return await self._run(self._decide_cached_plan(checks, now, consume))
+        # One server, no deny cache: `_decide_plan`'s one call, without the plan.
+        reply = await self._call_server(self._check_call(checks, self._now_arg(now), consume))
+        decisions, at, _ = self._parse_check(reply, checks)
+        return decisions, at
 
     async def arefund(self, checks: Sequence[Check], now: float, at: float) -> None:
         await self._run(self._refund_all_plan(checks, now, at))
