@@ -89,11 +89,15 @@ Plan = Generator[Op, Any, T]
 # both); a shared driver object cost 0.4 µs per plan, most of a composite decision's overhead.
 
 
-def run(plan: Plan[T], failed: StoreError | None = None) -> T:
-    """Execute `plan` with synchronous store calls; with `failed`, its first store call
-    was made already, and failed with that error."""
+#: `run`'s `first` when the plan's first store call is still to be made.
+_NOT_MADE: Any = object()
+
+
+def run(plan: Plan[T], first: Any = _NOT_MADE) -> T:
+    """Execute `plan` with synchronous store calls. With `first`, the plan's first store
+    call was made already: `first` is what it returned, or the `StoreError` it raised."""
     try:
-        op = next(plan) if failed is None else _failed_first(plan, failed)
+        op = next(plan) if first is _NOT_MADE else _made_first(plan, first)
         while True:
             try:
                 result = op.target(*op.args) if op.method == "sleep" else \
@@ -107,11 +111,11 @@ def run(plan: Plan[T], failed: StoreError | None = None) -> T:
         return value
 
 
-async def arun(plan: Plan[T], failed: StoreError | None = None) -> T:
+async def arun(plan: Plan[T], first: Any = _NOT_MADE) -> T:
     """Execute `plan` with awaited store calls (an async store's ``a``-prefixed methods);
-    `failed` as `run`'s."""
+    `first` as `run`'s."""
     try:
-        op = next(plan) if failed is None else _failed_first(plan, failed)
+        op = next(plan) if first is _NOT_MADE else _made_first(plan, first)
         while True:
             try:
                 result = await _acall(op)
@@ -124,9 +128,9 @@ async def arun(plan: Plan[T], failed: StoreError | None = None) -> T:
         return value
 
 
-def _failed_first(plan: Plan[Any], error: StoreError) -> Op:
+def _made_first(plan: Plan[Any], first: Any) -> Op:
     next(plan)  # the store call made already
-    return plan.throw(error)
+    return plan.throw(first) if isinstance(first, StoreError) else plan.send(first)
 
 
 async def _acall(op: Op) -> Any:

@@ -21,6 +21,7 @@ from ratekeeper.policy._engine import CheckResult, Engine, InvalidRequest, make_
 from ratekeeper.policy._envoy_config import parse_envoy_config
 from ratekeeper.policy._loader import parse_policies_text
 from ratekeeper.policy._model import Policies
+from ratekeeper.policy._stats import NullStats
 from ratekeeper.stores.memory import MemoryStore
 from ratekeeper.testing import ManualClock
 
@@ -179,18 +180,23 @@ def test_check_answers_a_remembered_request_with_plain_calls_as_plan_does() -> N
 
 
 class _Failing(MemoryStore):
-    """Fails every decision while `down`, counting the store calls made."""
+    """While `down`, fails every decision, or (`degrading`) answers it degraded, as a
+    store with a fallback of its own would; counts the store calls made."""
 
-    def __init__(self, *, awaited: bool) -> None:
+    def __init__(self, *, awaited: bool, degrading: bool) -> None:
         super().__init__()
-        self.down, self.calls, self.awaited = False, 0, awaited
+        self.down, self.calls = False, 0
+        self.awaited, self.degrading = awaited, degrading
 
     def decide(self, checks: Any, now: float, consume: bool = True
                ) -> tuple[list[Decision], float]:
         self.calls += 1
-        if self.down:
+        if self.down and not self.degrading:
             raise StoreUnavailable("the test's store is down")
-        return super().decide(checks, now, consume)
+        decisions, at = super().decide(checks, now, consume)
+        if self.down:
+            return [d._replace(degraded=True) for d in decisions], at
+        return decisions, at
 
     async def adecide(self, checks: Any, now: float, consume: bool = True
                       ) -> tuple[list[Decision], float]:
@@ -198,19 +204,34 @@ class _Failing(MemoryStore):
         return self.decide(checks, now, consume)
 
 
+class _Recorded(NullStats):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    def store_call(self, seconds: float, error: str | None) -> None:
+        self.events.append(("store_call", error))
+
+    def failure_policy(self, policy: str) -> None:
+        self.events.append(("failure_policy", policy))
+
+
+@pytest.mark.parametrize("degrading", [False, True], ids=["raising", "degrading"])
 @pytest.mark.parametrize("awaited", [False, True], ids=["plain", "awaited"])
 @pytest.mark.parametrize("failure", ["open", "closed", "local"])
 def test_a_failed_direct_store_call_is_the_failure_policys_without_asking_again(
-        awaited: bool, failure: str) -> None:
+        awaited: bool, failure: str, degrading: bool) -> None:
     # Engine.check's direct paths make the remembered one-rule request's store call
-    # themselves; when it fails, the plan goes on from that failure (the store is not asked
-    # a second time) and answers as the general path answers the same failure.
+    # themselves; when it fails (or answers degraded), the plan goes on from that answer (the
+    # store is not asked a second time) and answers, and counts, as the general path does.
     snap = parse_policies_text(
         f'[service]\nfailure = "{failure}"\n[[domains.d.descriptors]]\nkey = "user"\n'
         'limits = [{ algorithm = "fixed-window", rate = "2/hour" }]')
     clock = ManualClock(1000.0)
-    stores = [_Failing(awaited=awaited), _Failing(awaited=False)]
-    checked, planned = (Engine(lambda: snap, s, clock=clock) for s in stores)
+    stores = [_Failing(awaited=awaited, degrading=degrading),
+              _Failing(awaited=False, degrading=degrading)]
+    stats = [_Recorded(), _Recorded()]
+    checked, planned = (Engine(lambda: snap, s, clock=clock, stats=st)
+                        for s, st in zip(stores, stats, strict=True))
     checked._awaits_nothing = not awaited  # a MemoryStore subclass would be awaited
     req = ("d", [([("user", "u")], None)], 1.0)
     for down in (False, True, True, False):  # the first call plans; then direct
@@ -221,6 +242,8 @@ def test_a_failed_direct_store_call_is_the_failure_policys_without_asking_again(
         assert _summary(c) == _summary(a), down
         assert isinstance(c, CheckResult) and c.degraded == down
     assert stores[0].calls == stores[1].calls == 4  # one store call per request
+    assert stats[0].events == stats[1].events
+    assert ("failure_policy", failure) in stats[0].events
 
 
 def test_a_request_seen_twice_is_planned_once() -> None:

@@ -314,11 +314,16 @@ class Engine:
         checks = list(enforced.values())
         t0 = time.perf_counter()
         try:
-            decisions, at = await self.store.adecide(checks, now, True)  # type: ignore[union-attr]
-        except StoreError as e:  # the plan goes on from its failed store call
-            return await core.arun(self._one_rule(snap, domain, plan, enforced, now, t0=t0), e)
+            answer = await self.store.adecide(checks, now, True)  # type: ignore[union-attr]
+        except StoreError as e:
+            answer = e
+        if isinstance(answer, StoreError) or answer[0][0].degraded:
+            # A failure (or a store that answered with its own fallback): the plan goes on
+            # from this store call, and its failure bookkeeping decides.
+            return await core.arun(self._one_rule(snap, domain, plan, enforced, now, t0=t0),
+                                   answer)
         return self._one_rule_answered(snap, domain, plan, enforced, checks=checks,
-                                       decisions=decisions, at=at, t0=t0)
+                                       answer=answer, t0=t0)
 
     def _memo_key(self, snap: Policies, domain: str, descriptors: Sequence[DescriptorRequest],
                   hits: float) -> tuple[object, ...] | None:
@@ -372,16 +377,20 @@ class Engine:
         checks = list(enforced.values())
         t0 = time.perf_counter()
         try:
-            decisions, at = self.store.decide(checks, now, True)  # type: ignore[union-attr]
-        except StoreError as e:  # the plan goes on from its failed store call
-            return core.run(self._one_rule(snap, domain, plan, enforced, now, t0=t0), e)
+            answer = self.store.decide(checks, now, True)  # type: ignore[union-attr]
+        except StoreError as e:
+            answer = e
+        if isinstance(answer, StoreError) or answer[0][0].degraded:
+            # As `check`'s awaited path: the plan goes on from this store call.
+            return core.run(self._one_rule(snap, domain, plan, enforced, now, t0=t0), answer)
         return self._one_rule_answered(snap, domain, plan, enforced, checks=checks,
-                                       decisions=decisions, at=at, t0=t0)
+                                       answer=answer, t0=t0)
 
     def _one_rule_answered(self, snap: Policies, domain: str, plan: _RulePlan,
                            enforced: dict[tuple[str, str], Check], *, checks: list[Check],
-                           decisions: list[Decision], at: float, t0: float) -> CheckResult:
+                           answer: tuple[list[Decision], float], t0: float) -> CheckResult:
         """`_one_rule`'s answer once its store call (started at `t0`) answered."""
+        decisions, at = answer
         self.stats.store_call(time.perf_counter() - t0, None)
         ticket = core.charged(self.store, checks, decisions, at, failure=self.failure)
         return self._one_rule_result(snap, domain, plan, enforced, decisions,
