@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from ratekeeper import core
 from ratekeeper._errors import StoreUnavailable
+from ratekeeper._memo import Memo
 from ratekeeper._types import Decision
 from ratekeeper.policy._engine import CheckResult, Engine, InvalidRequest, make_descriptor
 from ratekeeper.policy._envoy_config import parse_envoy_config
@@ -244,6 +245,34 @@ def test_a_failed_direct_store_call_is_the_failure_policys_without_asking_again(
     assert stores[0].calls == stores[1].calls == 4  # one store call per request
     assert stats[0].events == stats[1].events
     assert ("failure_policy", failure) in stats[0].events
+
+
+@pytest.mark.parametrize("store", [MemoryStore, _Awaited], ids=["plain", "awaited"])
+def test_a_remembered_request_is_looked_up_once(store: type[MemoryStore]) -> None:
+    # Engine.check's direct paths look the plan up for a one-descriptor request; a request
+    # of several descriptors goes to `plan` without that lookup (`plan` makes it again).
+    snap = parse_policies_text('[[domains.d.descriptors]]\nkey = "user"\n'
+                               'limits = [{ algorithm = "fixed-window", rate = "9/hour" }]\n'
+                               '[[domains.d.descriptors]]\nkey = "op"\n'
+                               'limits = [{ algorithm = "gcra", rate = "9/hour" }]')
+    engine = Engine(lambda: snap, store(), clock=ManualClock(0.0))
+    lookups = 0
+
+    class Counted(Memo[Any, Any]):
+        def get(self, key: Any, default: Any = None) -> Any:
+            nonlocal lookups
+            lookups += 1
+            return super().get(key, default)
+
+    engine._plans = Counted(engine._plans.size)
+    one, several = [([("user", "u")], None)], [([("user", "u")], None), ([("op", "x")], None)]
+    seen = []
+    for raw in (one, one, several, several):  # each planned, then remembered
+        lookups = 0
+        assert isinstance(_run(engine, snap, ("d", raw, 1.0), False, via_check=True),
+                          CheckResult)
+        seen.append(lookups)
+    assert seen == [2, 1, 1, 1]  # (a shape never seen is missed by both: once per shape)
 
 
 def test_a_request_seen_twice_is_planned_once() -> None:

@@ -348,7 +348,7 @@ class Engine:
                              ) -> tuple[_RulePlan, dict[tuple[str, str], Check]] | None:
         """The plan and checks `plan` remembered for this request when they are one
         descriptor of one enforced rule (what `_one_rule` decides), else None."""
-        if not descriptors or len(descriptors) > MAX_DESCRIPTORS:
+        if len(descriptors) != 1:  # (`plan` has one part per descriptor: not looked up twice)
             return None
         memo = self._memo_key(snap, domain, descriptors, hits)
         got = None if memo is None else self._plans.get(memo)
