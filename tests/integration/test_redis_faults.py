@@ -23,6 +23,7 @@ import pytest
 import redis.cluster
 
 from ratekeeper import (
+    GLOBAL_KEY,
     AsyncLimiter,
     Decision,
     Limit,
@@ -254,6 +255,50 @@ async def test_sigstop_async_is_bounded_and_coalesced_calls_fail_together(
         assert time.monotonic() - t0 < 5
         await asyncio.sleep(0.02)
     await store.aclose()
+
+
+@pytest.mark.parametrize("path", ["adecide", "abind", "plan"])
+async def test_the_async_stores_direct_paths_keep_the_breaker(
+        server_factory: Callable[..., RedisServer], path: str) -> None:
+    # adecide and abind on one server make their call without the plan (`_call_server`):
+    # open after the failures, short-circuited while open, one probe once the cooldown is
+    # over, closed again by its success, counted as the plan's path counts (found by review:
+    # no test failed with the short circuit or the closing success removed).
+    server = server_factory("redis")
+    clock = ManualClock(0.0)
+    store = AsyncRedisStore.from_url(server.url, timeout=TIMEOUT, breaker_failures=2,
+                                     breaker_cooldown=COOLDOWN, local_clock=clock)
+    per = Limit("gcra", "30/h", burst=30, name="per")
+    everyone = Limit("fixed-window", "50/h", scope="global", name="all")
+    bound = store.abind(per)
+    checks = [(per, "u", 1.0), (everyone, GLOBAL_KEY, 1.0)]
+
+    async def call() -> object:
+        if path == "abind":
+            return await bound("u", 1.0, 0.0)
+        if path == "plan":
+            return await store._run(store._decide_cached_plan(checks, 0.0, True))
+        return await store.adecide(checks, 0.0)
+
+    try:
+        await call()
+        server.kill()
+        for _ in range(2):
+            with pytest.raises(StoreUnavailable):
+                await call()
+        assert store.breaker.state == "open"
+        calls = store.stats.calls
+        with pytest.raises(StoreUnavailable, match="circuit breaker"):
+            await call()
+        assert store.stats.short_circuited == 1 and store.stats.calls == calls  # no I/O
+        server.restart()  # (answering PING when it returns)
+        clock.advance(COOLDOWN)  # half-open: the next call probes, and closes it
+        await call()
+        assert store.breaker.state == "closed"
+        await call()
+        assert store.stats.short_circuited == 1
+    finally:
+        await store.aclose()
 
 
 # -- a server that refuses to serve: out of memory, no replicas, busy, redirected ---------

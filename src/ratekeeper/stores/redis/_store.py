@@ -621,6 +621,9 @@ class AsyncRedisStore(_RedisCore):
         self._tasks.discard(task)
         # A task cancelled before its first step (`aclose`) never ran: its callers would
         # wait for good. (One that ran answered every caller, whatever happened.)
+        self._unsent(calls)
+
+    def _unsent(self, calls: list[tuple[_Call, asyncio.Future[Any]]]) -> None:
         for _, fut in calls:
             if not fut.done():
                 fut.set_exception(StoreUnavailable(
@@ -628,6 +631,11 @@ class AsyncRedisStore(_RedisCore):
                     "call was sent"))
 
     async def _send_batch(self, batch: list[tuple[_Call, asyncio.Future[Any]]]) -> None:
+        # A caller gone before its command went out (cancelled, or failed by `aclose`)
+        # charges nothing: its command is not sent.
+        batch = [entry for entry in batch if not entry[1].done()]
+        if not batch:
+            return
         try:
             if len(batch) == 1:
                 results = [await self._bounded(self._send_one(batch[0][0]))]
@@ -751,7 +759,10 @@ class AsyncRedisStore(_RedisCore):
         try:
             reply = await (self._submit(call) if self.coalesce else self._send(call))
         except Exception as e:
-            raise self._failed(breaker, e) from e
+            err = self._failed(breaker, e)
+            if err is e:  # a StoreError already (a batch the store closed before it went)
+                raise
+            raise err from e
         if not breaker.clean:
             breaker.success()
         return reply
@@ -787,9 +798,17 @@ class AsyncRedisStore(_RedisCore):
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the client if this store created it (`from_url`)."""
+        """Close the client if this store created it (`from_url`). A call still waiting for
+        its batch to go gets `StoreUnavailable`; the batches on their way are cancelled
+        (each of their callers gets `StoreUnavailable` too)."""
+        batch, self._batch = self._batch, None
+        if batch is not None and not batch[0].is_closed():
+            self._unsent(batch[1])  # (its flush, when it runs, finds nothing to send)
         for task in list(self._tasks):
-            task.cancel()
+            if task.get_loop().is_closed():  # gone with its loop: nothing to cancel
+                self._tasks.discard(task)
+            else:
+                task.cancel()
         if self._owns_client:
             await self._client.aclose()
 
