@@ -31,6 +31,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -263,6 +264,33 @@ def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child before exe
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+#: Sets PR_SET_PDEATHSIG (1 in <linux/prctl.h>; kept across exec) and execs the real program:
+#: ``python -c SHIM <parent pid> <signal> argv...``. (Not a preexec_fn: that runs between fork
+#: and exec, which is unsafe in a process with threads, as the tests' upstream is.)
+_PDEATHSIG_SHIM = (
+    "import ctypes, os, sys\n"
+    "parent, sig = int(sys.argv[1]), int(sys.argv[2])\n"
+    "if ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0) != 0:\n"
+    "    sys.exit('prctl(PR_SET_PDEATHSIG) failed')\n"
+    "if os.getppid() != parent:  # the parent died before the call: no signal will come\n"
+    "    os.kill(os.getpid(), sig)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
+
+
+def dying_with_parent(argv: Sequence[str], sig: signal.Signals = signal.SIGKILL) -> list[str]:
+    """`argv`, run so that the program gets `sig` when this process dies, however it dies
+    (SIGKILL included, which runs no teardown): a killed test run leaves no server behind.
+    The pid stays the program's (the shim execs it).
+
+    Linux's PR_SET_PDEATHSIG; `argv` unchanged elsewhere. It fires when the *thread* that
+    started the child ends, so start children from a thread that lives as long as the test
+    run (pytest runs fixtures on its main thread)."""
+    if not sys.platform.startswith("linux"):
+        return list(argv)
+    return [sys.executable, "-c", _PDEATHSIG_SHIM, str(os.getpid()), str(int(sig)), *argv]
+
+
 # Every live server, so an atexit hook (and kill_all_servers) can clean up whatever a
 # crashed or interrupted test session left behind.
 _live_servers: set[RedisServer] = set()
@@ -402,19 +430,23 @@ class RedisServer:
         if self.running:
             return self
         self._paused = False
+        # PR_SET_PDEATHSIG fires when the *thread* that forked exits, so only use it from
+        # the main thread (where pytest runs fixtures). Once grpc is loaded here, it is set
+        # by the shim after exec rather than by a preexec_fn: that makes Popen fork the slow
+        # way, running every fork handler in the child, and grpc's can restart its threads
+        # there, which abort on the descriptors the child closes before exec (seen: the
+        # server "exited with code -6", "epoll_wait error: Bad file descriptor").
+        main = threading.current_thread() is threading.main_thread()
+        shim = main and "grpc" in sys.modules
         with open(self._stdio, "ab") as stdio:
             self._proc = subprocess.Popen(
-                self.command_line(),
+                dying_with_parent(self.command_line()) if shim else self.command_line(),
                 cwd=self.dir,
                 stdin=subprocess.DEVNULL,
                 stdout=stdio,
                 stderr=subprocess.STDOUT,
-                # PR_SET_PDEATHSIG fires when the *thread* that forked exits, so only
-                # use it from the main thread (where pytest runs fixtures).
                 preexec_fn=(  # noqa: PLW1509 - prctl only, no locks taken in the child
-                    _set_pdeathsig
-                    if threading.current_thread() is threading.main_thread()
-                    else None
+                    _set_pdeathsig if main and not shim else None
                 ),
             )
         _live_servers.add(self)

@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import redis
@@ -24,6 +25,7 @@ from tests.servers import (
     assert_all_keys_have_ttl,
     find_server_binary,
     server_version,
+    wait_until,
 )
 
 NO_RETRY = Retry(NoBackoff(), 0)
@@ -136,6 +138,41 @@ def test_stop_really_ends_the_process(server_factory: Callable[..., RedisServer]
     server.stop()
     assert not _process_exists(pid)
     assert not server.dir.exists()
+
+
+_DIES_WITH_PARENT = """
+import sys
+from tests.servers import RedisServer
+if sys.argv[1] == "grpc":  # grpc's threads running: the server is started through the shim
+    import grpc
+    channel = grpc.insecure_channel("127.0.0.1:9")  # (grpc's core and threads start)
+server = RedisServer("redis").start()
+print(server.pid, flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+@pytest.mark.parametrize("loaded", ["grpc", "nothing"])
+def test_a_server_dies_with_the_process_that_started_it(loaded: str) -> None:
+    # PR_SET_PDEATHSIG, set by a preexec_fn, or (grpc loaded: its fork handlers can abort
+    # a child between fork and exec) by a shim after exec: a test run killed outright
+    # leaves no server behind either way.
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    with subprocess.Popen([sys.executable, "-c", _DIES_WITH_PARENT, loaded],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          cwd=Path(__file__).parents[2]) as starter:
+        try:
+            assert starter.stdout is not None
+            pid = int(starter.stdout.readline())
+            assert _process_exists(pid)
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                assert b"redis-server" in fh.read()  # the shim exec'd the server itself
+        finally:
+            starter.kill()
+    wait_until(lambda: not _process_exists(pid) or None, timeout=10,
+               what="the server to die with the process that started it")
 
 
 def test_assert_all_keys_have_ttl(any_client: redis.Redis) -> None:

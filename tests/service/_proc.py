@@ -21,38 +21,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests.servers import dying_with_parent
+
 START_TIMEOUT = 20.0
 
 #: The CLI as the console script runs it (``main()`` of ``ratekeeper.cli``).
 CLI = [sys.executable, "-c", "import sys; from ratekeeper.cli import main; sys.exit(main())"]
 
 T = TypeVar("T")
-
-#: Sets PR_SET_PDEATHSIG (1 in <linux/prctl.h>; kept across exec) and execs the real program:
-#: ``python -c SHIM <parent pid> <signal> argv...``. (Not a preexec_fn: that runs between fork
-#: and exec, which is unsafe in a process with threads, as the tests' upstream is.)
-_PDEATHSIG_SHIM = (
-    "import ctypes, os, sys\n"
-    "parent, sig = int(sys.argv[1]), int(sys.argv[2])\n"
-    "if ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0) != 0:\n"
-    "    sys.exit('prctl(PR_SET_PDEATHSIG) failed')\n"
-    "if os.getppid() != parent:  # the parent died before the call: no signal will come\n"
-    "    os.kill(os.getpid(), sig)\n"
-    "os.execvp(sys.argv[3], sys.argv[3:])\n"
-)
-
-
-def dying_with_parent(argv: Sequence[str], sig: signal.Signals = signal.SIGKILL) -> list[str]:
-    """`argv`, run so that the program gets `sig` when this process dies, however it dies
-    (SIGKILL included, which runs no teardown): a killed test run leaves no server behind.
-    The pid stays the program's (the shim execs it).
-
-    Linux's PR_SET_PDEATHSIG; `argv` unchanged elsewhere. It fires when the *thread* that
-    started the child ends, so start children from a thread that lives as long as the test
-    run (pytest runs fixtures on its main thread)."""
-    if not sys.platform.startswith("linux"):
-        return list(argv)
-    return [sys.executable, "-c", _PDEATHSIG_SHIM, str(os.getpid()), str(int(sig)), *argv]
 
 class ServiceError(RuntimeError):
     pass
