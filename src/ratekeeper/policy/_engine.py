@@ -309,21 +309,14 @@ class Engine:
             return await core.arun(self.plan(snap, domain, descriptors, hits))
         # `plan`'s answer for a remembered one-rule request, with its one store call
         # awaited here rather than through the plan's generators (`_one_rule_now`'s twin).
-        plan, enforced = one
-        now = self.clock()
-        checks = list(enforced.values())
-        t0 = time.perf_counter()
+        checks, now, t0 = list(one[1].values()), self.clock(), time.perf_counter()
         try:
             answer = await self.store.adecide(checks, now, True)  # type: ignore[union-attr]
         except StoreError as e:
             answer = e
-        if isinstance(answer, StoreError) or answer[0][0].degraded:
-            # A failure (or a store that answered with its own fallback): the plan goes on
-            # from this store call, and its failure bookkeeping decides.
-            return await core.arun(self._one_rule(snap, domain, plan, enforced, now, t0=t0),
-                                   answer)
-        return self._one_rule_answered(snap, domain, plan, enforced, checks=checks,
-                                       answer=answer, t0=t0)
+        got = self._one_rule_answered(snap, domain, one, checks=checks, now=now, t0=t0,
+                                      answer=answer)
+        return got if isinstance(got, CheckResult) else await core.arun(got, answer)
 
     def _memo_key(self, snap: Policies, domain: str, descriptors: Sequence[DescriptorRequest],
                   hits: float) -> tuple[object, ...] | None:
@@ -372,24 +365,26 @@ class Engine:
         one = self._remembered_one_rule(snap, domain, descriptors, hits)
         if one is None:
             return None
-        plan, enforced = one
-        now = self.clock()
-        checks = list(enforced.values())
-        t0 = time.perf_counter()
+        checks, now, t0 = list(one[1].values()), self.clock(), time.perf_counter()
         try:
             answer = self.store.decide(checks, now, True)  # type: ignore[union-attr]
         except StoreError as e:
             answer = e
-        if isinstance(answer, StoreError) or answer[0][0].degraded:
-            # As `check`'s awaited path: the plan goes on from this store call.
-            return core.run(self._one_rule(snap, domain, plan, enforced, now, t0=t0), answer)
-        return self._one_rule_answered(snap, domain, plan, enforced, checks=checks,
-                                       answer=answer, t0=t0)
+        got = self._one_rule_answered(snap, domain, one, checks=checks, now=now, t0=t0,
+                                      answer=answer)
+        return got if isinstance(got, CheckResult) else core.run(got, answer)
 
-    def _one_rule_answered(self, snap: Policies, domain: str, plan: _RulePlan,
-                           enforced: dict[tuple[str, str], Check], *, checks: list[Check],
-                           answer: tuple[list[Decision], float], t0: float) -> CheckResult:
-        """`_one_rule`'s answer once its store call (started at `t0`) answered."""
+    def _one_rule_answered(self, snap: Policies, domain: str,
+                           one: tuple[_RulePlan, dict[tuple[str, str], Check]], *,
+                           checks: list[Check], now: float, t0: float,
+                           answer: tuple[list[Decision], float] | StoreError
+                           ) -> CheckResult | core.Plan[CheckResult]:
+        """`_one_rule`'s answer once the direct paths' store call (started at `t0`) gave
+        `answer`; or, for a failure or a store that answered with a fallback of its own
+        (degraded), `_one_rule` itself, for the caller to run on from that call."""
+        plan, enforced = one
+        if isinstance(answer, StoreError) or answer[0][0].degraded:
+            return self._one_rule(snap, domain, plan, enforced, now, t0=t0)
         decisions, at = answer
         self.stats.store_call(time.perf_counter() - t0, None)
         ticket = core.charged(self.store, checks, decisions, at, failure=self.failure)
