@@ -416,12 +416,8 @@ class _Deadlines:
         self._ordered = True
         self._last = -math.inf
 
-    async def bound(self, aw: Awaitable[T], timeout: float,
-                    loop: asyncio.AbstractEventLoop | None = None) -> T:
-        """`aw`, cancelled with `TimeoutError` past `timeout` seconds (`loop`: the running
-        loop, when the caller has it: on 3.11 each lookup is a syscall)."""
-        if loop is None:
-            loop = asyncio.get_running_loop()
+    async def bound(self, aw: Awaitable[T], timeout: float) -> T:
+        loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)  # (without `loop`, it looks the loop up again)
         if task is None:  # not in a task (a bare coroutine driven by hand): nothing to cancel
             return await asyncio.wait_for(aw, timeout)
@@ -521,9 +517,7 @@ class AsyncRedisStore(_RedisCore):
         #: This loop iteration's batch (its loop, the calls and their callers' futures).
         self._batch: tuple[asyncio.AbstractEventLoop,
                            list[tuple[_Call, asyncio.Future[Any]]]] | None = None
-        #: The batches' tasks not yet done, with their calls (`aclose` fails those of a task
-        #: it cancelled before its first step, which would never answer them).
-        self._tasks: dict[asyncio.Task[None], list[tuple[_Call, asyncio.Future[Any]]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self._deadlines = _Deadlines()
 
     @classmethod
@@ -555,12 +549,10 @@ class AsyncRedisStore(_RedisCore):
             return await self._submit(call)
         return await self._bounded(self._send_one(call))
 
-    def _bounded(self, aw: Awaitable[T], loop: asyncio.AbstractEventLoop | None = None
-                 ) -> Awaitable[T]:
-        """`aw` bounded by the store's `timeout` (`loop`: the running loop, if known)."""
+    async def _bounded(self, aw: Any) -> Any:
         if self.timeout is None:
-            return aw
-        return self._deadlines.bound(aw, self.timeout, loop)
+            return await aw
+        return await self._deadlines.bound(aw, self.timeout)
 
     async def _send_one(self, call: _Call) -> Any:
         client, stats, script = self._client, self.stats, call.script
@@ -606,52 +598,57 @@ class AsyncRedisStore(_RedisCore):
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         batch = self._batch
-        if batch is not None and batch[0] is loop:
-            batch[1].append((call, fut))
-        else:
-            # A new batch and its task, which closes it as it starts: the calls made until
-            # then (this loop iteration's) join it. (A batch of another loop is gone with
-            # it: that loop closed before the batch's task ran.)
-            calls = [(call, fut)]
-            self._batch = (loop, calls)
-            task = loop.create_task(self._send_batch(loop, calls))
-            if not task.done():  # (an eager task factory may have run it to its end)
-                self._tasks[task] = calls
+        if batch is None or batch[0] is not loop:
+            # A callback, not the batch's task itself: a task may start at once (an eager
+            # task factory) or be cancelled before it starts, and either would strand it.
+            # (A batch of another loop is gone with it: that loop closed before its flush.)
+            batch = self._batch = (loop, [])
+            loop.call_soon(self._flush, batch)
+        batch[1].append((call, fut))
         return await fut
+
+    def _flush(self, batch: tuple[asyncio.AbstractEventLoop,
+                                  list[tuple[_Call, asyncio.Future[Any]]]]) -> None:
+        if self._batch is batch:
+            self._batch = None
+        calls = batch[1]
+        task = batch[0].create_task(self._send_batch(calls))
+        self._tasks.add(task)
+        task.add_done_callback(functools.partial(self._sent, calls))
+
+    def _sent(self, calls: list[tuple[_Call, asyncio.Future[Any]]],
+              task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        # A task cancelled before its first step (`aclose`) never ran: its callers would
+        # wait for good. (One that ran answered every caller, whatever happened.)
+        self._unsent(calls)
 
     def _unsent(self, calls: list[tuple[_Call, asyncio.Future[Any]]]) -> None:
         for _, fut in calls:
             if not fut.done():
                 fut.set_exception(StoreUnavailable(
                     f"Redis store {self._describe} unavailable: it was closed before this "
-                    "call was answered"))
+                    "call was sent"))
 
-    async def _send_batch(self, loop: asyncio.AbstractEventLoop,
-                          calls: list[tuple[_Call, asyncio.Future[Any]]]) -> None:
-        task = asyncio.current_task(loop)
-        batch = self._batch
-        if batch is not None and batch[1] is calls:
-            self._batch = None
+    async def _send_batch(self, batch: list[tuple[_Call, asyncio.Future[Any]]]) -> None:
         # A caller gone before its command went out (cancelled, or failed by `aclose`)
         # charges nothing: its command is not sent.
-        sending = [entry for entry in calls if not entry[1].done()]
+        batch = [entry for entry in batch if not entry[1].done()]
+        if not batch:
+            return
         try:
-            if len(sending) == 1:
-                results = [await self._bounded(self._send_one(sending[0][0]), loop)]
-            elif sending:
-                results = await self._bounded(self._pipeline([c for c, _ in sending]), loop)
+            if len(batch) == 1:
+                results = [await self._bounded(self._send_one(batch[0][0]))]
             else:
-                return
+                results = await self._bounded(self._pipeline([c for c, _ in batch]))
         except BaseException as e:  # every waiter gets the failure
-            for _, fut in sending:
+            for _, fut in batch:
                 if not fut.done():
                     fut.set_exception(e if isinstance(e, Exception) else StoreUnavailable(repr(e)))
             if not isinstance(e, Exception):
                 raise
             return
-        finally:
-            self._tasks.pop(task, None)  # type: ignore[arg-type]
-        for (_, fut), r in zip(sending, results, strict=True):
+        for (_, fut), r in zip(batch, results, strict=True):
             if fut.done():
                 continue
             if isinstance(r, Exception):
@@ -801,18 +798,17 @@ class AsyncRedisStore(_RedisCore):
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the client if this store created it (`from_url`). Every call still waiting
-        for its batch's reply gets `StoreUnavailable`, and the batches' tasks are cancelled:
-        one that has not gone yet charges nothing."""
-        self._batch = None  # (its task is among those below)
-        for task, calls in list(self._tasks.items()):
-            del self._tasks[task]
+        """Close the client if this store created it (`from_url`). A call still waiting for
+        its batch to go gets `StoreUnavailable`; the batches on their way are cancelled
+        (each of their callers gets `StoreUnavailable` too)."""
+        batch, self._batch = self._batch, None
+        if batch is not None and not batch[0].is_closed():
+            self._unsent(batch[1])  # (its flush, when it runs, finds nothing to send)
+        for task in list(self._tasks):
             if task.get_loop().is_closed():  # gone with its loop: nothing to cancel
-                continue
-            task.cancel()
-            # Its callers are answered now: a task cancelled before its first step never
-            # runs, and they would wait for good.
-            self._unsent(calls)
+                self._tasks.discard(task)
+            else:
+                task.cancel()
         if self._owns_client:
             await self._client.aclose()
 
