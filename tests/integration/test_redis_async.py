@@ -274,6 +274,30 @@ def test_a_batch_left_on_a_closed_loop_does_not_hold_the_next_loops_calls(
     assert asyncio.run(on_the_next_loop()).allowed
 
 
+def test_aclose_fails_the_callers_of_another_loops_batch_that_has_not_gone(
+        standalone: StoreTarget) -> None:
+    # A batch of a loop that is not the closing one (stopped, not closed: a sync wrapper's
+    # private loop between calls) has its callers answered StoreUnavailable when that loop
+    # runs again, rather than sent after the close or left waiting for good.
+    store = open_store(standalone, client_clock=True)
+    limiter = AsyncLimiter(Limit("gcra", "10/s", burst=10), store, clock=ManualClock(0.0),
+                           failure="raise")
+    other = asyncio.new_event_loop()
+    try:
+        caller = other.create_task(limiter.hit("k"))
+        other.call_soon(other.stop)  # after the caller's first step, before the batch goes
+        other.run_forever()
+        assert store._batch is not None and store._batch[0] is other
+        asyncio.run(store.aclose())
+        done = other.run_until_complete(asyncio.wait_for(
+            asyncio.gather(caller, return_exceptions=True), FUNCTIONAL_TIMEOUT))
+        assert isinstance(done[0], StoreError) and "closed before this call was sent" in str(
+            done[0]), done
+        assert not store._tasks
+    finally:
+        other.close()
+
+
 async def test_a_decision_on_one_server_goes_without_the_plan_and_decides_as_it(
         standalone: StoreTarget) -> None:
     # adecide on one server without a deny cache makes `_decide_plan`'s one call itself: the
