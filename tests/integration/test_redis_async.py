@@ -29,6 +29,12 @@ def open_store(target: StoreTarget, **options: object) -> AsyncRedisStore:
                                     **options)  # type: ignore[arg-type]
 
 
+def raising_limiter(store: AsyncRedisStore) -> AsyncLimiter:
+    """A 10/s GCRA limiter on `store` at time 0 that raises store errors (the batch tests')."""
+    return AsyncLimiter(Limit("gcra", "10/s", burst=10), store, clock=ManualClock(0.0),
+                        failure="raise")
+
+
 @pytest.mark.parametrize("path", CASE_FILES, ids=[p.stem for p in CASE_FILES])
 async def test_conformance_case(target: StoreTarget, path: Path) -> None:
     case = load(path)
@@ -235,8 +241,7 @@ async def test_a_batch_cancelled_before_it_starts_fails_its_callers(
     # Found by review: aclose() cancels a batch's task; cancelled before its first step, the
     # task never ran, and its callers waited for good (the store's timeout never started).
     store = open_store(standalone, client_clock=True)
-    limiter = AsyncLimiter(Limit("gcra", "10/s", burst=10), store, clock=ManualClock(0.0),
-                           failure="raise")
+    limiter = raising_limiter(store)
     await limiter.hit("warm")
     while store._tasks:  # the warm-up's batch is done with
         await asyncio.sleep(0)
@@ -259,8 +264,7 @@ def test_a_batch_left_on_a_closed_loop_does_not_hold_the_next_loops_calls(
     # the next loop joined it and waited for good. That state, made directly (a real one
     # leaks the closed loop's task and sockets into later tests):
     store = open_store(standalone, client_clock=True)
-    limiter = AsyncLimiter(Limit("gcra", "10/s", burst=10), store, clock=ManualClock(0.0),
-                           failure="raise")
+    limiter = raising_limiter(store)
     closed = asyncio.new_event_loop()
     closed.close()
     store._batch = (closed, [])
@@ -280,8 +284,7 @@ def test_aclose_fails_the_callers_of_another_loops_batch_that_has_not_gone(
     # private loop between calls) has its callers answered StoreUnavailable when that loop
     # runs again, rather than sent after the close or left waiting for good.
     store = open_store(standalone, client_clock=True)
-    limiter = AsyncLimiter(Limit("gcra", "10/s", burst=10), store, clock=ManualClock(0.0),
-                           failure="raise")
+    limiter = raising_limiter(store)
     other = asyncio.new_event_loop()
     try:
         caller = other.create_task(limiter.hit("k"))
