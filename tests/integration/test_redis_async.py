@@ -7,8 +7,11 @@ server, counted by the server's ``total_reads_processed``); a lone check is one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import gc
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from ratekeeper.stores.redis import AsyncRedisStore
 from ratekeeper.testing import ManualClock
 from tests.conformance.test_conformance import CASE_FILES, as_output, assert_agrees, limit_of, load
 from tests.integration.conftest import FUNCTIONAL_TIMEOUT, StoreTarget
+from tests.servers import RedisServer
 
 
 def open_store(target: StoreTarget, **options: object) -> AsyncRedisStore:
@@ -394,6 +398,8 @@ _PACKED_ARGS = [
     ("FUNCTION LOAD", "#!lua name=x\nreturn 1"),  # a command name of two words
     (b"CONFIG GET", "maxmemory"),
     ("PING",),
+    ("SET", "k", bytearray(b"v")),  # hiredis refuses a bytearray: redis-py copies it
+    ("SET", "k", memoryview(b"w")),
 ]
 
 
@@ -425,3 +431,98 @@ async def test_its_connections_pack_commands_with_hiredis_byte_for_byte(
                 for pack in (conn.pack_command, functools.partial(base.pack_command, conn)):
                     with pytest.raises(redis.exceptions.DataError):
                         pack("SET", bad)
+
+
+# -- the store's own connections (`_Wire`), and a client it was given ------------------------
+
+
+def test_a_store_used_on_one_loop_then_another_decides_on_both(
+        standalone: StoreTarget) -> None:
+    # `asyncio.run` per call (a script, a sync wrapper): each loop closes with the store's
+    # sockets on it. redis-py's pool handed the next loop those sockets ("attached to a
+    # different loop"); the store's own connections go back to the pool and connect again,
+    # so no socket is left behind either. (asyncio warns of each socket the closed loop
+    # left open, as it is dropped.)
+    store = open_store(standalone, client_clock=True)
+    limiter = raising_limiter(store)
+    clients = []
+    for _ in range(4):
+        with pytest.warns(ResourceWarning) if clients else contextlib.nullcontext():
+            assert asyncio.run(limiter.hit("k")).allowed
+            gc.collect()
+        clients.append(standalone.admin.info("clients")["connected_clients"])
+    assert clients == clients[:1] * 4  # one connection of the store's at a time
+    assert asyncio.run(store.astate(limiter.limits[0], "k")) is not None
+    asyncio.run(store.aclose())  # on yet another loop, without an error
+    with pytest.warns(ResourceWarning):
+        del store, limiter  # (what the last loop left open goes with the store)
+        gc.collect()
+    for _ in range(1000):  # (the server sees the socket's end in its own time: bounded)
+        if standalone.admin.info("clients")["connected_clients"] < clients[0]:
+            break
+    assert standalone.admin.info("clients")["connected_clients"] == clients[0] - 1
+
+
+async def test_connections_past_the_ones_kept_idle_go_back_to_the_pool(
+        server_factory: Callable[..., RedisServer]) -> None:
+    server = server_factory("redis")
+    async with AsyncRedisStore.from_url(server.url, timeout=FUNCTIONAL_TIMEOUT) as store:
+        limiter = raising_limiter(store)
+        wire: Any = store._wire
+        wire.keep = 1
+        await limiter.hit("warm")
+
+        async def three_batches_at_once(name: str) -> None:
+            server.pause()  # each call in a loop iteration of its own: a batch each
+            try:
+                calls = []
+                for i in range(3):
+                    calls.append(asyncio.ensure_future(limiter.hit(f"{name}{i}")))
+                    for _ in range(3):
+                        await asyncio.sleep(0)  # its batch has gone out
+            finally:
+                server.resume()
+            assert all(d.allowed for d in await asyncio.gather(*calls))
+
+        await three_batches_at_once("k")
+        pool = store._client.connection_pool
+        assert len(wire._idle) == 1
+        assert len(pool._available_connections) == 2  # given back, still open
+        with server.admin() as admin:
+            opened = admin.info("stats")["total_connections_received"]
+            await three_batches_at_once("j")  # taken again: no new connection
+            assert admin.info("stats")["total_connections_received"] == opened
+
+
+async def test_a_client_given_to_the_store_is_used_through_redis_py(
+        standalone: StoreTarget) -> None:
+    # A given client keeps redis-py's own command path (its retries, health checks,
+    # connection limits apply); only a client the store made goes on the store's own
+    # connections. Every kind of call, on that path: lone, coalesced, scripts flushed.
+    # (A cluster's client always is: `open_store` on the cluster target.)
+    import redis.asyncio  # noqa: PLC0415
+
+    client: Any = redis.asyncio.Redis.from_url(standalone.url)
+    store = AsyncRedisStore(client, prefix=f"rk-given-{uuid.uuid4().hex[:8]}:",
+                            timeout=FUNCTIONAL_TIMEOUT, client_clock=True)
+    try:
+        assert store._wire is None
+        lim = Limit("fixed-window", "5/h")
+        limiter = AsyncLimiter(lim, store, clock=ManualClock(1.0), failure="raise")
+        assert (await limiter.hit("alone")).remaining == 4
+        together = await asyncio.gather(*(limiter.hit("hot") for _ in range(7)))
+        assert [d.remaining for d in together] == [4, 3, 2, 1, 0, 0, 0]
+        assert store.stats.pipelines == 1
+        with standalone.servers[0].admin() as c:
+            c.script_flush()
+            c.function_flush()
+        assert (await limiter.hit("alone")).remaining == 3  # a lone call, reloaded
+        again = await asyncio.gather(*(limiter.hit(f"k{i}") for i in range(4)))
+        assert [d.remaining for d in again] == [4] * 4  # a pipeline, reloaded
+        assert [key for key, *_ in await store.ascan("alone")]
+        await limiter.reset("alone")
+        assert await store.astate(lim, "alone") is None
+        assert await store.aping()
+    finally:
+        await store.aclose()
+        await client.aclose()

@@ -185,6 +185,38 @@ def test_killed_mid_load(server_factory: Callable[..., RedisServer]) -> None:
     store.close()
 
 
+async def test_the_async_stores_connections_idle_across_a_restart_are_not_used_again(
+        server_factory: Callable[..., RedisServer]) -> None:
+    # The store sends every command on its own connections (`_Wire`), each checked before it
+    # is used again. redis-py 8's pool, with maintenance notifications on (RESP3, its
+    # default), does not check its own: found when a half-open probe's FUNCTION LOAD went
+    # on a pooled connection that had sat idle across the restart ("Connection closed by
+    # server"), where every call after a restart must be answered.
+    server = server_factory("redis")
+    store = AsyncRedisStore.from_url(server.url, timeout=TIMEOUT)
+    limiter = AsyncLimiter(Limit("gcra", "10/s", burst=10), store, clock=ManualClock(0.0),
+                           failure="raise")
+    try:
+        assert (await limiter.hit("k")).remaining == 9
+        assert [key for key, *_ in await store.ascan("k")]  # one of each kind of command
+        assert await store.aping()
+        idle = list(store._wire._idle)  # type: ignore[union-attr]
+        server.kill()
+        for _ in range(10_000):  # the loop reads each idle socket's end (bounded: work)
+            if all(conn._reader is None or conn._reader.at_eof() for conn in idle):
+                break
+            await asyncio.sleep(0)
+        server.restart()
+        # each of these is the first of its kind since the restart (and nothing has failed)
+        assert await store.aping()
+        assert await store.ascan("k") == []  # (the restart lost the data)
+        d = await limiter.hit("k")  # the library is gone too: loaded again, then called
+        assert (d.allowed, d.remaining, d.degraded) == (True, 9, False)
+        assert store.stats.errors == 0
+    finally:
+        await store.aclose()
+
+
 # -- frozen: SIGSTOP --------------------------------------------------------------------------
 
 

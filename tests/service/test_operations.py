@@ -166,6 +166,51 @@ def test_grpc_reflection_lists_and_describes_the_services(service: ServiceProces
         assert method.output_type.fields_by_name["overall_code"].enum_type is not None
 
 
+async def test_the_grpc_server_registers_no_method_and_answers_every_service(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # grpc.aio waits on one request-call task per registered method for every call it takes
+    # (asyncio.wait over all of them), ~5 % of a decision's CPU with health's and
+    # reflection's. The generated add_*_to_server functions register theirs: none may be.
+    from grpc.aio._server import Server  # noqa: PLC0415
+
+    from ratekeeper.policy import PolicyHolder  # noqa: PLC0415
+    from ratekeeper.service import Service  # noqa: PLC0415
+    from ratekeeper.service._grpc import start_grpc_server  # noqa: PLC0415
+    from ratekeeper.service._grpc_ops import Health  # noqa: PLC0415
+
+    registered: list[str] = []
+    original = Server.add_registered_method_handlers
+
+    def spy(self: Server, service: str, handlers: object) -> None:
+        registered.append(service)
+        original(self, service, handlers)
+
+    monkeypatch.setattr(Server, "add_registered_method_handlers", spy)
+    service = Service(PolicyHolder(POLICIES), MemoryStore(), clock=ManualClock())
+    health = Health(service)
+    server, port = await start_grpc_server(service, "127.0.0.1", 0, health=health)
+    try:
+        await health.update()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            check = ch.unary_unary(METHOD, request_serializer=RateLimitRequest.SerializeToString,
+                                   response_deserializer=RateLimitResponse.FromString)
+            answer = await check(RateLimitRequest(domain="nowhere", descriptors=[
+                descriptor(("user", "a"))]), timeout=10)
+            assert answer.overall_code == RateLimitResponseCode.OK
+            stub = health_pb2_grpc.HealthStub(ch)
+            got = await stub.Check(health_pb2.HealthCheckRequest(service=RLS), timeout=10)
+            assert got.status == SERVING
+        # reflection (a stream), through grpcio-reflection's own client, in a thread
+        def services() -> set[str]:
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as sync_ch:
+                return set(ProtoReflectionDescriptorDatabase(sync_ch).get_services())
+        assert {RLS, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} \
+            <= await asyncio.to_thread(services)
+    finally:
+        await server.stop(None)
+    assert registered == []
+
+
 # -- TLS and mTLS on the gRPC listener --------------------------------------------------------
 
 def _key() -> ec.EllipticCurvePrivateKey:

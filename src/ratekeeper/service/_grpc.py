@@ -357,13 +357,13 @@ async def start_grpc_server(service: Service, host: str, port: int | None, *,
         ("grpc.so_reuseport", 1 if reuse_port else 0),
     ])
     # What the generated add_RateLimitServiceServicer_to_server does, with a deserializer
-    # that turns undecodable bytes into INVALID_ARGUMENT rather than UNKNOWN.
+    # that turns undecodable bytes into INVALID_ARGUMENT rather than UNKNOWN, and without
+    # registering the method (see _grpc_ops.GenericOnly).
     handlers = {"ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
         RateLimitServicer(service, limit_headers).ShouldRateLimit,
         request_deserializer=None, response_serializer=None,  # bytes: see ShouldRateLimit
     )}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-    server.add_registered_method_handlers(SERVICE, handlers)
     names = [SERVICE]
     if health is not None:
         from ._grpc_ops import HEALTH_SERVICE  # noqa: PLC0415

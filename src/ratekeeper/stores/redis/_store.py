@@ -10,6 +10,7 @@ the async one coalesces concurrent calls into pipelines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
 import sys
@@ -483,6 +484,112 @@ class _Deadlines:
             self._timer = loop.call_at(soonest, self._expire, loop)
 
 
+class _Wire:
+    """An asyncio store's own connections to its one server, for every command it sends
+    when the store made its client (`from_url`; not a cluster's): a round trip is
+    one write of the packed commands, then their replies read in order, on a connection
+    taken from the client's pool and kept between round trips (at most `keep` idle).
+
+    redis-py's per-command path -- the pool's lock, checks and bookkeeping on every command,
+    its retry wrapper, its observability hooks -- costs more than the decision it carries:
+    ~120k instructions a round trip of the ~460k a bare served gRPC + Redis call costs
+    (callgrind). These connections stay the pool's (counted in use, closed with it) and
+    connect, authenticate and read replies as redis-py does; an idle one is checked before
+    it is used again (data or end of stream waiting: a new socket), as redis-py 8's pool no
+    longer checks its own with maintenance notifications on (RESP3, its default): a pooled
+    connection idle across a server restart fails its next command, so the store sends
+    everything here. The store's client has no retries (`async_client`), so none are skipped."""
+
+    __slots__ = ("_idle", "_loop", "_pool", "keep")
+
+    def __init__(self, pool: Any, keep: int = 16) -> None:
+        self._pool = pool
+        self._idle: list[Any] = []
+        #: The loop the idle connections' sockets are on.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.keep = keep
+
+    async def exchange(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """The replies to `commands`, in order; an error reply is its `ResponseError`."""
+        conn = await self._take()
+        try:
+            if conn.is_connected:  # (one that is not connects as it sends)
+                check = getattr(conn, "can_read", None) or conn.can_read_destructive
+                try:
+                    stale = await check()
+                except (rex.ConnectionError, OSError):
+                    stale = True
+                if stale:
+                    await _close_quietly(conn)
+            packed: list[bytes] = []
+            for args in commands:
+                packed += conn.pack_command(*args)
+            await conn.send_packed_command(packed, check_health=False)
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await conn.read_response())
+                except rex.ResponseError as e:  # the script's error; the next reply follows
+                    replies.append(e)
+        except BaseException:
+            # Replies may be left unread (redis-py has already closed the socket if a read
+            # or a write failed, or was cancelled): a new socket next time.
+            await _close_quietly(conn)
+            self._idle.append(conn)
+            raise
+        if len(self._idle) < self.keep:
+            self._idle.append(conn)
+        else:
+            await self._pool.release(conn)
+        return replies
+
+    async def one(self, command: Sequence[Any]) -> Any:
+        """The reply to one command; an error reply raises its `ResponseError`."""
+        reply = (await self.exchange([command]))[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Use `loop` from now on. Another loop's sockets are no use on it (one loop at a
+        time: that one is closed, as `asyncio.run` leaves it, and closing them fails but
+        forgets them): the pool gets their connections back, to connect again on this one."""
+        old, self._loop, self._idle = self._idle, loop, []
+        for conn in old:
+            await _close_quietly(conn)
+            await self._pool.release(conn)
+
+    async def _take(self) -> Any:
+        """An idle connection of this loop's, or a new one from the pool."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            await self.adopt(loop)
+        if self._idle:
+            return self._idle.pop()
+        return await self._pool.get_connection()
+
+
+def _script_command(call: _Call, how: str) -> tuple[Any, ...]:
+    """`call` as the command `how` ("FCALL" where the script has a function, else
+    "EVALSHA"; or "EVAL"): the script, the key count, the keys, the arguments. (By name, not
+    redis-py's evalsha method, which its cluster pipelines refuse; they route it by keys.)"""
+    script = call.script
+    assert script is not None
+    n = len(call.keys)
+    if how == "FCALL" and script.fn:
+        return ("FCALL", script.fn, n, *call.keys, *call.args)
+    if how == "EVAL":
+        return ("EVAL", script.text, n, *call.keys, *call.args)
+    return ("EVALSHA", script.sha, n, *call.keys, *call.args)
+
+
+async def _close_quietly(conn: Any) -> None:
+    """Close `conn`'s socket (it reconnects when next used); the error being handled, if
+    any, is the one to raise, not one from closing."""
+    with contextlib.suppress(Exception):
+        await conn.disconnect(nowait=True)
+
+
 class AsyncRedisStore(_RedisCore):
     """`RedisStore` for asyncio (``redis.asyncio`` clients): the same options, plus:
 
@@ -519,6 +626,10 @@ class AsyncRedisStore(_RedisCore):
                            list[tuple[_Call, asyncio.Future[Any]]]] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._deadlines = _Deadlines()
+        #: The scripts' connections, for a client this store made (`_Wire`): redis-py's
+        #: commands otherwise, honouring whatever a given client was configured with.
+        self._wire = _Wire(client.connection_pool) \
+            if _owns_client and isinstance(client, redis.asyncio.Redis) else None
 
     @classmethod
     def _from_target(cls, target: _Target, kw: dict[str, Any], timeout: float,
@@ -555,9 +666,26 @@ class AsyncRedisStore(_RedisCore):
         return await self._deadlines.bound(aw, self.timeout)
 
     async def _send_one(self, call: _Call) -> Any:
-        client, stats, script = self._client, self.stats, call.script
+        client, stats, script, wire = self._client, self.stats, call.script, self._wire
         if call.command == "scan":
-            return [k async for k in client.scan_iter(match=call.args[0], count=1000)]
+            if wire is None:
+                return [k async for k in client.scan_iter(match=call.args[0], count=1000)]
+            found: list[Any] = []
+            cursor: Any = 0
+            while True:
+                cursor, keys = await wire.one(("SCAN", cursor, "MATCH", call.args[0],
+                                               "COUNT", 1000))
+                found += keys
+                if int(cursor) == 0:
+                    return found
+        if wire is not None:  # (every command: see `_Wire`)
+            if script is not None:
+                reply = (await self._scripts([call]))[0]
+                if isinstance(reply, Exception):
+                    raise reply
+                return reply
+            stats.calls += 1
+            return await wire.one(("DEL", *call.keys) if call.keys else ("PING",))
         stats.calls += 1
         if script is None:
             return await (client.delete(*call.keys) if call.keys else client.ping())
@@ -582,7 +710,9 @@ class AsyncRedisStore(_RedisCore):
     async def _load_library(self) -> None:
         if self._fcall:
             try:
-                await self._client.execute_command("FUNCTION", "LOAD", LIBRARY)
+                load = ("FUNCTION", "LOAD", LIBRARY)
+                await (self._wire.one(load) if self._wire is not None
+                       else self._client.execute_command(*load))
             except rex.ResponseError as e:
                 self._loaded(e)
             else:
@@ -640,7 +770,7 @@ class AsyncRedisStore(_RedisCore):
             if len(batch) == 1:
                 results = [await self._bounded(self._send_one(batch[0][0]))]
             else:
-                results = await self._bounded(self._pipeline([c for c, _ in batch]))
+                results = await self._bounded(self._scripts([c for c, _ in batch]))
         except BaseException as e:  # every waiter gets the failure
             for _, fut in batch:
                 if not fut.done():
@@ -656,47 +786,44 @@ class AsyncRedisStore(_RedisCore):
             else:
                 fut.set_result(r)
 
-    async def _pipeline(self, calls: list[_Call], retry: bool = True) -> list[Any]:
-        """Send `calls` as one non-transactional pipeline; NOSCRIPT ones again with EVAL,
-        those whose FCALL found no library again after loading it (when `retry`)."""
+    async def _scripts(self, calls: list[_Call], retry: bool = True) -> list[Any]:
+        """The replies to the script calls `calls`, in one round trip (a pipeline of them
+        when there are several; an error reply as its exception); NOSCRIPT ones again with
+        EVAL, those whose FCALL found no library again after loading it (when `retry`)."""
         stats = self.stats
-        stats.pipelines += 1
-        stats.pipelined_calls += len(calls)
+        if len(calls) > 1:
+            stats.pipelines += 1
+            stats.pipelined_calls += len(calls)
         stats.calls += len(calls)
         fcall = self._fcall
-        pipe = self._client.pipeline(transaction=False)
-        for call in calls:
-            assert call.script is not None
-            # execute_command: redis-py blocks the evalsha *method* on cluster pipelines,
-            # but routes EVALSHA by its keys correctly.
-            if fcall and call.script.fn:
-                pipe.execute_command("FCALL", call.script.fn, len(call.keys), *call.keys,
-                                     *call.args)
-            else:
-                pipe.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys,
-                                     *call.args)
-        results: list[Any] = list(await pipe.execute(raise_on_error=False))
+        results = await self._exchange([_script_command(c, "FCALL" if fcall else "EVALSHA")
+                                        for c in calls])
         again = [i for i, r in enumerate(results) if fcall and retry
                  and isinstance(r, rex.ResponseError) and not isinstance(r, rex.NoScriptError)
                  and calls[i].script.fn and self._fcall_failed(r)]  # type: ignore[union-attr]
         if again:  # our library was missing (load it, once), or functions are off
             await self._load_library()
-            for i, r in zip(again, await self._pipeline([calls[i] for i in again], False),
+            for i, r in zip(again, await self._scripts([calls[i] for i in again], False),
                             strict=True):
                 results[i] = r
         redo = [i for i, r in enumerate(results) if isinstance(r, rex.NoScriptError)]
         if redo:
             stats.noscript_reloads += len(redo)
             stats.calls += len(redo)
-            pipe = self._client.pipeline(transaction=False)
-            for i in redo:
-                call = calls[i]
-                assert call.script is not None
-                pipe.execute_command("EVAL", call.script.text, len(call.keys), *call.keys,
-                                     *call.args)
-            for i, r in zip(redo, await pipe.execute(raise_on_error=False), strict=True):
+            for i, r in zip(redo, await self._exchange([_script_command(calls[i], "EVAL")
+                                                         for i in redo]), strict=True):
                 results[i] = r
         return results
+
+    async def _exchange(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """The replies to `commands` in one round trip, an error reply as its exception: on
+        the store's own connections (`_Wire`), or as a redis-py pipeline."""
+        if self._wire is not None:
+            return await self._wire.exchange(commands)
+        pipe = self._client.pipeline(transaction=False)
+        for args in commands:
+            pipe.execute_command(*args)
+        return list(await pipe.execute(raise_on_error=False))
 
     async def _run(self, plan: _Plan[T]) -> T:
         done, x = _advance(plan, None)
@@ -809,6 +936,8 @@ class AsyncRedisStore(_RedisCore):
                 self._tasks.discard(task)
             else:
                 task.cancel()
+        if self._wire is not None:  # (the pool cannot close a closed loop's sockets)
+            await self._wire.adopt(asyncio.get_running_loop())
         if self._owns_client:
             await self._client.aclose()
 
