@@ -19,8 +19,11 @@ constant response, on the same server options; ``grpc-sync-floor``, the same on 
 ``x floor`` column is the service's CPU per decision over its transport's floor; the goal is
 at most 1.25. The Redis scenarios are held to ``http-redis-floor`` and ``grpc-redis-floor``:
 the same bare servers making, per request, one ``EVALSHA`` of ``return 1`` through the
-client the Redis store builds (the transport of a Redis decision: the request in, one round
-trip to Redis, the answer out).
+client the Redis store builds, with redis-py's own command API (the transport of a Redis
+decision: the request in, one round trip to Redis, the answer out). The store itself sends
+on connections of its own (`_Wire`), cheaper than that API; ``http-redis-own-floor`` and
+``grpc-redis-own-floor`` make their ``EVALSHA`` that way too, and the ``x own floor`` column
+holds the Redis scenarios to them: the stricter measure of what the service adds.
 
 By default each client sends as fast as it is answered (a closed loop: the service saturates a
 core, and a busier server batches more calls per wake-up); ``--rate N`` offers the same N
@@ -52,6 +55,7 @@ import asyncio
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import platform
 import random
@@ -201,27 +205,30 @@ class Floor:
     stop = Service.stop
 
 
-def _redis_round_trip(url: str | None) -> Any:
+def _redis_round_trip(url: str | None, own: bool = False) -> Any:
     """None, or an async function making one bare ``EVALSHA`` (``return 1``, no keys) with
-    the client the Redis store builds for `url`: a Redis decision's round trip, no work."""
+    the client the Redis store builds for `url` (`own`: on the store's own connections, as
+    it sends its scripts): a Redis decision's round trip, no work."""
     if url is None:
         return None
     from ratekeeper.service._server import open_store  # noqa: PLC0415
 
     store, _ = open_store(url)
     client: Any = store._client  # type: ignore[attr-defined]  # the store's own client
+    send = store._wire.one if own else (  # type: ignore[attr-defined]
+        lambda args: client.execute_command(*args))
     sha = hashlib.sha1(b"return 1").hexdigest()  # Redis names a script by its SHA-1
 
     async def round_trip() -> None:
         try:
-            await client.execute_command("EVALSHA", sha, 0)
+            await send(("EVALSHA", sha, 0))
         except Exception:  # NOSCRIPT on the first call
-            await client.execute_command("EVAL", "return 1", 0)
+            await send(("EVAL", "return 1", 0))
 
     return round_trip
 
 
-async def _http_floor(answer: bytes, redis_url: str | None = None) -> None:
+async def _http_floor(answer: bytes, redis_url: str | None = None, own: bool = False) -> None:
     import uvicorn  # noqa: PLC0415
     from starlette.applications import Starlette  # noqa: PLC0415
     from starlette.requests import Request  # noqa: PLC0415
@@ -230,7 +237,7 @@ async def _http_floor(answer: bytes, redis_url: str | None = None) -> None:
 
     from ratekeeper.service._server import _UvicornServer, bind_tcp, http_parser  # noqa: PLC0415
 
-    round_trip = _redis_round_trip(redis_url)
+    round_trip = _redis_round_trip(redis_url, own)
 
     async def check(request: Request) -> Response:
         await request.body()
@@ -251,14 +258,15 @@ async def _http_floor(answer: bytes, redis_url: str | None = None) -> None:
     await task
 
 
-def _grpc_floor_handlers(answer: bytes, redis_url: str | None = None) -> Any:
+def _grpc_floor_handlers(answer: bytes, redis_url: str | None = None,
+                         own: bool = False) -> Any:
     import grpc  # noqa: PLC0415
 
     from ratekeeper.service._grpc import SERVICE  # noqa: PLC0415
     from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2  # noqa: PLC0415
 
     response = rls_pb2.RateLimitResponse.FromString(answer)
-    round_trip = _redis_round_trip(redis_url)
+    round_trip = _redis_round_trip(redis_url, own)
 
     def should_rate_limit(request: Any, context: Any) -> Any:
         return response
@@ -271,8 +279,9 @@ def _grpc_floor_handlers(answer: bytes, redis_url: str | None = None) -> Any:
     return grpc, SERVICE, rls_pb2, should_rate_limit, should_rate_limit_async
 
 
-async def _grpc_aio_floor(answer: bytes, redis_url: str | None = None) -> None:
-    grpc, service, rls_pb2, _, handler = _grpc_floor_handlers(answer, redis_url)
+async def _grpc_aio_floor(answer: bytes, redis_url: str | None = None,
+                          own: bool = False) -> None:
+    grpc, service, rls_pb2, _, handler = _grpc_floor_handlers(answer, redis_url, own)
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])  # as start_grpc_server
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {
         "ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
@@ -308,9 +317,10 @@ def floor_main(args: argparse.Namespace) -> None:
         return
     from ratekeeper.service._server import run  # noqa: PLC0415 (the loop `serve` runs on)
 
-    url = args.redis if args.floor.endswith("-redis") else None
-    run(_http_floor(answer, url) if args.floor.startswith("http")
-        else _grpc_aio_floor(answer, url))
+    url = args.redis if "-redis" in args.floor else None
+    own = args.floor.endswith("-own")
+    run(_http_floor(answer, url, own) if args.floor.startswith("http")
+        else _grpc_aio_floor(answer, url, own))
 
 
 def _capture_http(port: int) -> bytes:
@@ -543,7 +553,8 @@ def main() -> None:
     p.add_argument("--client", choices=("http", "grpc"), help=argparse.SUPPRESS)
     p.add_argument("--cover", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--floor", choices=("http", "grpc", "grpc-sync", "http-redis", "grpc-redis"),
+    p.add_argument("--floor", choices=("http", "grpc", "grpc-sync", "http-redis", "grpc-redis",
+                                       "http-redis-own", "grpc-redis-own"),
                    help=argparse.SUPPRESS)
     p.add_argument("--answer", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -615,10 +626,12 @@ def main() -> None:
                   ("grpc-sync-floor", "grpc", "grpc-sync")]
         if redis_url:
             floors += [("http-redis-floor", "http", "http-redis"),
-                       ("grpc-redis-floor", "grpc", "grpc-redis")]
+                       ("grpc-redis-floor", "grpc", "grpc-redis"),
+                       ("http-redis-own-floor", "http", "http-redis-own"),
+                       ("grpc-redis-own-floor", "grpc", "grpc-redis-own")]
         ran = {r["scenario"] for r in results}
         for name, kind, floor_kind in floors:
-            redis_floor = floor_kind.endswith("-redis")
+            redis_floor = "-redis" in floor_kind
             wanted = {s for s in ran if s.startswith(f"{kind}-")
                       and ("redis" in s) == redis_floor}
             if kind not in answers or (only and name not in only and not wanted):
@@ -631,14 +644,17 @@ def main() -> None:
                 floor.stop()
         # Each scenario over the floor of its transport on the same server model (grpc.aio),
         # with the Redis round trip for the Redis scenarios.
-        floor_cpu = {(r["transport"], r["scenario"].endswith("-redis-floor")):
-                     r["service_cpu_us_per_decision"] for r in results
-                     if r["scenario"] in ("http-floor", "grpc-floor", "http-redis-floor",
-                                          "grpc-redis-floor")}
+        # (`x_own_floor`: the Redis scenarios over the floor whose round trip is the store's
+        # own connection)
+        cpu_of = {r["scenario"]: r["service_cpu_us_per_decision"] for r in results}
         for r in results:
             redis_row = "redis" in r["scenario"]
-            f = floor_cpu.get((r["transport"], redis_row))
-            r["x_floor"] = r["service_cpu_us_per_decision"] / f if f else float("nan")
+            base = f"{r['transport']}{'-redis' if redis_row else ''}"
+            f = cpu_of.get(f"{base}-floor")
+            own = cpu_of.get(f"{base}-own-floor") if redis_row else None
+            cpu = r["service_cpu_us_per_decision"]
+            r["x_floor"] = cpu / f if f else float("nan")
+            r["x_own_floor"] = cpu / own if own else float("nan")
     finally:
         for s in stack:
             s.stop()
@@ -654,12 +670,14 @@ def main() -> None:
           f"{args.concurrency} in flight ({offered}), at least {span} per scenario, "
           f"{env['cpus']} CPUs, load average {env['loadavg'][0]:.1f} at the end")
     print("| scenario | decisions/s | p50 ms | p99 ms | p99.9 ms | server CPU us/decision "
-          "| x floor | errors |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| x floor | x own floor | errors |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
+        own = "" if math.isnan(r["x_own_floor"]) else f"{r['x_own_floor']:.2f}"
         print(f"| {r['scenario']} | {r['per_second']:,.0f} | {r['p50_ms']:.2f} | "
               f"{r['p99_ms']:.2f} | {r['p999_ms']:.2f} | "
-              f"{r['service_cpu_us_per_decision']:.0f} | {r['x_floor']:.2f} | {r['errors']} |")
+              f"{r['service_cpu_us_per_decision']:.0f} | {r['x_floor']:.2f} | {own} | "
+              f"{r['errors']} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"env": env, "results": results}, indent=2))

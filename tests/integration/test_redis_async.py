@@ -397,6 +397,7 @@ _PACKED_ARGS = [
      0.1, 1e-7, -3, b"\x00\xff"),
     ("FUNCTION LOAD", "#!lua name=x\nreturn 1"),  # a command name of two words
     (b"CONFIG GET", "maxmemory"),
+    ("CONFIG\tGET", "maxmemory"),  # (any whitespace splits a name, as redis-py splits it)
     ("PING",),
     ("SET", "k", bytearray(b"v")),  # hiredis refuses a bytearray: redis-py copies it
     ("SET", "k", memoryview(b"w")),
@@ -526,3 +527,62 @@ async def test_a_client_given_to_the_store_is_used_through_redis_py(
     finally:
         await store.aclose()
         await client.aclose()
+
+
+async def test_script_calls_are_packed_once_per_arguments(standalone: StoreTarget) -> None:
+    # On the server's clock a decision sends the same arguments again for the same keys:
+    # the store packs them once (hiredis's packer formats every length with sprintf), and
+    # what it sends is byte for byte what packing them afresh gives. Not on a client clock
+    # (every call carries its own time).
+    async with open_store(standalone) as store:
+        limiter = AsyncLimiter([Limit("gcra", "5/s", burst=3),
+                                Limit("fixed-window", "100/h", scope="global", name="all")],
+                               store, clock=ManualClock(0.0), failure="raise")
+        wire: Any = store._wire
+        first = [await limiter.hit(f"k{i % 2}") for i in range(4)]
+        assert [(d.allowed, d.remaining) for d in first] == [(True, 2), (True, 2), (True, 1),
+                                                             (True, 1)]
+        packed = dict(wire._packed)
+        assert len(packed) == 2  # one command per key, each sent twice
+        conn = store._client.connection_pool.connection_class()
+        for args, wire_bytes in packed.items():
+            assert args[0] in ("FCALL", "EVALSHA")
+            assert wire_bytes == b"".join(conn.pack_command(*args))
+        together = await asyncio.gather(*(limiter.hit(f"k{i % 2}") for i in range(4)))
+        assert [(d.allowed, d.remaining) for d in together] == [(True, 0), (True, 0),
+                                                                (False, 0), (False, 0)]
+        assert dict(wire._packed) == packed  # a pipeline of them too
+    async with open_store(standalone, client_clock=True) as clocked:
+        assert clocked._wire is not None and clocked._wire._packed is None
+
+
+async def test_retry_or_health_check_options_keep_redis_pys_commands(
+        standalone: StoreTarget) -> None:
+    # The store's own connections would not apply them: given (or in the URL), a store made
+    # by `from_url` sends through redis-py's command path, which does.
+    from redis.backoff import NoBackoff  # noqa: PLC0415
+    from redis.retry import Retry  # noqa: PLC0415
+
+    assert open_store(standalone)._wire is not None
+    for options in ({"retry": Retry(NoBackoff(), 2)}, {"health_check_interval": 5},
+                    {"retry_on_timeout": True}):
+        async with open_store(standalone, client_options=options) as store:
+            assert store._wire is None, options
+            assert (await raising_limiter(store).hit("k")).allowed
+
+
+async def test_a_connection_marked_to_move_is_opened_again_before_use(
+        standalone: StoreTarget) -> None:
+    # redis-py 8 marks connections on a maintenance notification (MOVING) and drops them as
+    # its pool gets them back; the store keeps its own, so it drops them before use.
+    async with open_store(standalone) as store:
+        limiter = raising_limiter(store)
+        await limiter.hit("k")
+        (conn,) = store._wire._idle  # type: ignore[union-attr]
+        if not hasattr(conn, "mark_for_reconnect"):
+            pytest.skip("this redis-py has no maintenance notifications")
+        opened = standalone.admin.info("stats")["total_connections_received"]
+        conn.mark_for_reconnect()
+        assert (await limiter.hit("k")).remaining == 8
+        assert standalone.admin.info("stats")["total_connections_received"] == opened + 1
+        assert not conn.should_reconnect()

@@ -32,7 +32,8 @@ def test_service_bench_prints_each_scenario_next_to_its_transport_floor(tmp_path
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
             for line in out.stdout.splitlines() if line.startswith("| ") and "---" not in line}
     assert rows.pop("scenario") == ["decisions/s", "p50 ms", "p99 ms", "p99.9 ms",
-                                    "server CPU us/decision", "x floor", "errors"]
+                                    "server CPU us/decision", "x floor", "x own floor",
+                                    "errors"]
     assert set(rows) == SCENARIOS
     for name, cells in rows.items():
         assert cells[-1] == "0", (name, out.stderr)  # never failed
@@ -75,12 +76,15 @@ def test_service_bench_holds_the_redis_scenarios_to_a_floor_with_a_redis_round_t
         check=False, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     got = {r["scenario"]: r for r in json.loads(results.read_text())["results"]}
-    assert set(got) == {*only.split(","), "http-redis-floor", "grpc-redis-floor"}
+    assert set(got) == {*only.split(","), "http-redis-floor", "grpc-redis-floor",
+                        "http-redis-own-floor", "grpc-redis-own-floor"}
     for name, r in got.items():
         assert r["decisions"] == 300 and r["errors"] == 0, (name, r["error_samples"])
     for kind in ("http", "grpc"):
-        floor = got[f"{kind}-redis-floor"]["service_cpu_us_per_decision"]
-        if floor > 0:  # measurable (see above): every Redis scenario has its ratio to it
-            for name in (f"{kind}-redis", f"{kind}-redis-2w"):
-                r = got[name]
-                assert r["x_floor"] == r["service_cpu_us_per_decision"] / floor, name
+        # redis-py's command API, and the store's own connections (`x own floor`)
+        for floor_name, field in (("floor", "x_floor"), ("own-floor", "x_own_floor")):
+            floor = got[f"{kind}-redis-{floor_name}"]["service_cpu_us_per_decision"]
+            if floor > 0:  # measurable (see above): every Redis scenario has its ratio
+                for name in (f"{kind}-redis", f"{kind}-redis-2w"):
+                    r = got[name]
+                    assert r[field] == r["service_cpu_us_per_decision"] / floor, name

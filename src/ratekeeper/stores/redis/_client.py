@@ -281,12 +281,12 @@ def hiredis_packing(cls: type[Any]) -> type[Any]:
         pack = hiredis.pack_command
 
         def pack_command(self: Any, *args: Any) -> list[bytes]:
-            # hiredis itself for the usual command (one name, str/bytes/number arguments);
-            # redis-py's packer, which first splits "SCRIPT LOAD"-like names and copies
-            # bytearrays, for the rest (and for its DataError on a bad argument). Its own
-            # pack runs a generator over every argument: ~1k instructions each.
-            first = args[0]
-            if " " not in first if isinstance(first, str) else b" " not in first:
+            # hiredis itself for the usual command (a one-word name, str/bytes/number
+            # arguments); redis-py's packer, which first splits "SCRIPT LOAD"-like names on
+            # whitespace and copies bytearrays, for the rest (and for its DataError on a bad
+            # argument). Its own pack runs a generator over every argument: ~1k
+            # instructions each.
+            if args[0].isalpha():
                 try:
                     return [pack(args)]
                 except TypeError:

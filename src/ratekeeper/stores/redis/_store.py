@@ -25,6 +25,7 @@ import redis.cluster
 import redis.exceptions as rex
 
 from ..._errors import ConfigError, StoreUnavailable
+from ..._memo import Memo
 from ..._types import GLOBAL_KEY, Decision, Limit
 from .._base import Check
 from .._lua import CHECK, LIBRARY, ONE, Script
@@ -101,6 +102,7 @@ class RedisStore(_RedisCore):
         _connect: Callable[[], redis.cluster.RedisCluster] | None = None,
         _describe: str | None = None,
         _owns_client: bool = False,
+        _own_connections: bool = False,
         **options: Unpack[StoreOptions],
     ) -> None:
         if client is None and _connect is None:
@@ -498,19 +500,28 @@ class _Wire:
     it is used again (data or end of stream waiting: a new socket), as redis-py 8's pool no
     longer checks its own with maintenance notifications on (RESP3, its default): a pooled
     connection idle across a server restart fails its next command, so the store sends
-    everything here. The store's client has no retries (`async_client`), so none are skipped."""
+    everything here. The store's client has no retries (`async_client`); given retry or
+    health-check options (`client_options`), the store uses redis-py's commands instead,
+    which apply them (`from_url`)."""
 
-    __slots__ = ("_idle", "_loop", "_pool", "keep")
+    __slots__ = ("_idle", "_loop", "_packed", "_pool", "keep")
 
-    def __init__(self, pool: Any, keep: int = 16) -> None:
+    def __init__(self, pool: Any, keep: int = 16, *, remember: bool = True) -> None:
         self._pool = pool
         self._idle: list[Any] = []
         #: The loop the idle connections' sockets are on.
         self._loop: asyncio.AbstractEventLoop | None = None
         self.keep = keep
+        #: Script calls as packed, by their arguments (`exchange`), when `remember`.
+        self._packed: Memo[tuple[Any, ...], bytes] | None = Memo(10_000) if remember else None
 
-    async def exchange(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """The replies to `commands`, in order; an error reply is its `ResponseError`."""
+    async def exchange(self, commands: Sequence[tuple[Any, ...]],
+                       remembered: bool = False) -> list[Any]:
+        """The replies to `commands`, in order; an error reply is its `ResponseError`.
+        `remembered`: the commands are script calls (str and bytes arguments but the key
+        count), packed once per arguments (a decision on the server's clock sends the same
+        ones again for the same keys; hiredis formats each argument's length with sprintf:
+        ~24k instructions a composite call, of which the lookup leaves ~1k)."""
         conn = await self._take()
         try:
             if conn.is_connected:  # (one that is not connects as it sends)
@@ -519,11 +530,22 @@ class _Wire:
                     stale = await check()
                 except (rex.ConnectionError, OSError):
                     stale = True
-                if stale:
+                # (redis-py 8 marks connections to move on a maintenance notification; its
+                # pool drops them as they are released, and these are not)
+                moving = getattr(conn, "should_reconnect", None)
+                if stale or (moving is not None and moving()):
                     await _close_quietly(conn)
             packed: list[bytes] = []
+            memo = self._packed if remembered else None
             for args in commands:
-                packed += conn.pack_command(*args)
+                if memo is None:
+                    packed += conn.pack_command(*args)
+                    continue
+                wire = memo.get(args)
+                if wire is None:
+                    wire = b"".join(conn.pack_command(*args))
+                    memo.put(args, wire)
+                packed.append(wire)
             await conn.send_packed_command(packed, check_health=False)
             replies: list[Any] = []
             for _ in commands:
@@ -543,7 +565,7 @@ class _Wire:
             await self._pool.release(conn)
         return replies
 
-    async def one(self, command: Sequence[Any]) -> Any:
+    async def one(self, command: tuple[Any, ...]) -> Any:
         """The reply to one command; an error reply raises its `ResponseError`."""
         reply = (await self.exchange([command]))[0]
         if isinstance(reply, Exception):
@@ -567,6 +589,12 @@ class _Wire:
         if self._idle:
             return self._idle.pop()
         return await self._pool.get_connection()
+
+
+#: redis-py connection options that its command path applies and the store's own
+#: connections (`_Wire`) would not: set, the store keeps redis-py's commands (and with a
+#: `retry` of its own given to `from_url`).
+_RETRY_OPTIONS = ("retry_on_error", "retry_on_timeout", "health_check_interval")
 
 
 def _script_command(call: _Call, how: str) -> tuple[Any, ...]:
@@ -609,6 +637,7 @@ class AsyncRedisStore(_RedisCore):
         timeout: float | None = None,
         _describe: str | None = None,
         _owns_client: bool = False,
+        _own_connections: bool = False,
         **options: Unpack[StoreOptions],
     ) -> None:
         if not isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)):
@@ -628,8 +657,8 @@ class AsyncRedisStore(_RedisCore):
         self._deadlines = _Deadlines()
         #: The scripts' connections, for a client this store made (`_Wire`): redis-py's
         #: commands otherwise, honouring whatever a given client was configured with.
-        self._wire = _Wire(client.connection_pool) \
-            if _owns_client and isinstance(client, redis.asyncio.Redis) else None
+        self._wire = _Wire(client.connection_pool, remember=not self.uses_client_clock) \
+            if _own_connections and isinstance(client, redis.asyncio.Redis) else None
 
     @classmethod
     def _from_target(cls, target: _Target, kw: dict[str, Any], timeout: float,
@@ -639,8 +668,14 @@ class AsyncRedisStore(_RedisCore):
             # The store bounds every round trip itself (`timeout`); a socket read timeout
             # as well would cost an asyncio timer for each reply of every pipeline.
             kw = {**kw, "socket_timeout": None}
-        return cls(async_client(target, kw), _describe=options.pop("describe"),
-                   _owns_client=True, **options)
+        retry_given = "retry" in kw  # (before `async_client` sets none)
+        client = async_client(target, kw)
+        # Retry and health-check options, given or in the URL, are applied by redis-py's
+        # commands, not by the store's own connections (`_Wire`).
+        ckw = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        own = not retry_given and not any(ckw.get(k) for k in _RETRY_OPTIONS)
+        return cls(client, _describe=options.pop("describe"), _owns_client=True,
+                   _own_connections=own, **options)
 
     @property
     def client(self) -> Any:
@@ -819,7 +854,7 @@ class AsyncRedisStore(_RedisCore):
         """The replies to `commands` in one round trip, an error reply as its exception: on
         the store's own connections (`_Wire`), or as a redis-py pipeline."""
         if self._wire is not None:
-            return await self._wire.exchange(commands)
+            return await self._wire.exchange(commands, remembered=True)
         pipe = self._client.pipeline(transaction=False)
         for args in commands:
             pipe.execute_command(*args)
