@@ -42,6 +42,7 @@ service share a small machine (they compete for the same cores).
         --redis none                                               # smoke: 40 per scenario
     .venv/bin/python bench/bench_service.py --json bench/results/service.json
     .venv/bin/python bench/bench_service.py --rate 2000   # the same load offered to each
+    .venv/bin/python bench/bench_service.py --rounds 5 --seconds 3   # interleaved, medians
 
 ``--redis auto`` (the default) starts a throw-away ``redis-server`` (tests/servers.py) if the
 binary and ratekeeper's Redis store are available; ``--redis URL`` uses yours (keys go under
@@ -548,6 +549,9 @@ def main() -> None:
     p.add_argument("--only", default="", help="comma-separated scenario names")
     p.add_argument("--workers", type=int, default=2,
                    help="also run the Redis scenarios on `serve --workers N` (1: skip)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="measure every scenario this many times, interleaved (the CPU per "
+                        "decision reported is the median)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     # client mode (internal)
     p.add_argument("--client", choices=("http", "grpc"), help=argparse.SUPPRESS)
@@ -577,51 +581,24 @@ def main() -> None:
             if args.workers > 1:
                 stores.append((f"redis-{args.workers}w", redis_url, args.workers))
         only = set(filter(None, args.only.split(",")))
-        results: list[dict[str, Any]] = []
-
-        def measure(name: str, kind: str, server: Any, port: int) -> None:
-            if args.warmup > 0:  # --warmup seconds, and every user at least once
-                _drive(kind, port, args.warmup, args.clients, args.concurrency, args.users,
-                       args.users * args.clients, rate=args.rate, cover=True)
-            cpu0 = server.cpu_seconds()
-            t0 = time.perf_counter()
-            run = _drive(kind, port, args.seconds, args.clients, args.concurrency, args.users,
-                         args.requests, args.rate)
-            wall = time.perf_counter() - t0
-            cpu = server.cpu_seconds() - cpu0
-            lat = run["lat_us"]
-            n = len(lat)
-            row = {
-                "scenario": name, "transport": kind, "decisions": n,
-                # over the time the load took (--requests may take longer than --seconds)
-                "per_second": n / run["elapsed_s"] if run["elapsed_s"] else float("nan"),
-                "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "p999_ms": _pct(lat, 99.9),
-                "mean_ms": statistics.fmean(lat) / 1000 if lat else float("nan"),
-                "service_cpu_us_per_decision": cpu / n * 1e6 if n else float("nan"),
-                "errors": run["errors"], "error_samples": run["error_samples"],
-                "wall_s": wall,
-            }
-            results.append(row)
-            print(f"{name:<16} {row['per_second']:>9,.0f}/s  p50 {row['p50_ms']:6.2f} ms"
-                  f"  p99 {row['p99_ms']:6.2f} ms  p99.9 {row['p999_ms']:6.2f} ms  "
-                  f"CPU {row['service_cpu_us_per_decision']:5.0f} us/decision"
-                  f"  errors {row['errors']}", file=sys.stderr)
-
+        # Every server is started first and stays up: each round measures every scenario
+        # once, in the opposite order to the round before, so a machine whose speed drifts
+        # (neighbours, thermal) weighs on all of them alike; a scenario's CPU per decision is
+        # its median over the rounds.
+        plan: list[tuple[str, str, Any, int]] = []
         answers: dict[str, bytes] = {}
         for store_name, url, workers in stores:
             if only and not any(s.endswith(f"-{store_name}") for s in only):
                 continue
             svc = Service(policies, url, workdir, workers)
-            try:
-                answers.setdefault("http", _capture_http(svc.http_port))
-                answers.setdefault("grpc", _capture_grpc(svc.grpc_port))
-                for kind in ("http", "grpc"):
-                    name = f"{kind}-{store_name}"
-                    if only and name not in only:
-                        continue
-                    measure(name, kind, svc, svc.http_port if kind == "http" else svc.grpc_port)
-            finally:
-                svc.stop()
+            stack.append(svc)
+            answers.setdefault("http", _capture_http(svc.http_port))
+            answers.setdefault("grpc", _capture_grpc(svc.grpc_port))
+            for kind in ("http", "grpc"):
+                name = f"{kind}-{store_name}"
+                if not only or name in only:
+                    plan.append((name, kind, svc, svc.http_port if kind == "http" else
+                                 svc.grpc_port))
         floors = [("http-floor", "http", "http"), ("grpc-floor", "grpc", "grpc"),
                   ("grpc-sync-floor", "grpc", "grpc-sync")]
         if redis_url:
@@ -629,19 +606,56 @@ def main() -> None:
                        ("grpc-redis-floor", "grpc", "grpc-redis"),
                        ("http-redis-own-floor", "http", "http-redis-own"),
                        ("grpc-redis-own-floor", "grpc", "grpc-redis-own")]
-        ran = {r["scenario"] for r in results}
+        chosen = {name for name, *_ in plan}
         for name, kind, floor_kind in floors:
             redis_floor = "-redis" in floor_kind
-            wanted = {s for s in ran if s.startswith(f"{kind}-")
+            wanted = {s for s in chosen if s.startswith(f"{kind}-")
                       and ("redis" in s) == redis_floor}
             if kind not in answers or (only and name not in only and not wanted):
                 continue
             floor = Floor(floor_kind, answers[kind], workdir,
                           redis_url if redis_floor else None)
-            try:
-                measure(name, kind, floor, floor.port)
-            finally:
-                floor.stop()
+            stack.append(floor)
+            plan.append((name, kind, floor, floor.port))
+
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in plan}
+        if args.warmup > 0:  # --warmup seconds, and every user at least once
+            for _, kind, _, port in plan:
+                _drive(kind, port, args.warmup, args.clients, args.concurrency, args.users,
+                       args.users * args.clients, rate=args.rate, cover=True)
+        for r in range(args.rounds):
+            for name, kind, server, port in (plan if r % 2 == 0 else plan[::-1]):
+                cpu0 = server.cpu_seconds()
+                t0 = time.perf_counter()
+                run = _drive(kind, port, args.seconds, args.clients, args.concurrency,
+                             args.users, args.requests, args.rate)
+                run["wall_s"] = time.perf_counter() - t0
+                run["cpu_s"] = server.cpu_seconds() - cpu0
+                runs[name].append(run)
+                n = len(run["lat_us"])
+                print(f"{name:<22} round {r + 1}: {n / run['elapsed_s']:>9,.0f}/s  CPU "
+                      f"{run['cpu_s'] / n * 1e6 if n else float('nan'):5.0f} us/decision  "
+                      f"errors {run['errors']}", file=sys.stderr)
+        results: list[dict[str, Any]] = []
+        for name, kind, _, _ in plan:
+            rounds = runs[name]
+            lat = sorted(x for run in rounds for x in run["lat_us"])
+            n = len(lat)
+            per_round = [run["cpu_s"] / len(run["lat_us"]) * 1e6 if run["lat_us"]
+                         else float("nan") for run in rounds]
+            elapsed = sum(run["elapsed_s"] for run in rounds)
+            results.append({
+                "scenario": name, "transport": kind, "decisions": n,
+                # over the time the load took (--requests may take longer than --seconds)
+                "per_second": n / elapsed if elapsed else float("nan"),
+                "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "p999_ms": _pct(lat, 99.9),
+                "mean_ms": statistics.fmean(lat) / 1000 if lat else float("nan"),
+                "service_cpu_us_per_decision": statistics.median(per_round),
+                "cpu_us_per_decision_by_round": per_round,
+                "errors": sum(run["errors"] for run in rounds),
+                "error_samples": [e for run in rounds for e in run["error_samples"]][:5],
+                "wall_s": sum(run["wall_s"] for run in rounds),
+            })
         # Each scenario over the floor of its transport on the same server model (grpc.aio),
         # with the Redis round trip for the Redis scenarios.
         # (`x_own_floor`: the Redis scenarios over the floor whose round trip is the store's
@@ -656,15 +670,17 @@ def main() -> None:
             r["x_floor"] = cpu / f if f else float("nan")
             r["x_own_floor"] = cpu / own if own else float("nan")
     finally:
-        for s in stack:
+        for s in reversed(stack):  # (the servers, then the Redis they use)
             s.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
     env = {"python": platform.python_version(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "seconds": args.seconds,
-           "requests": args.requests, "clients": args.clients,
+           "requests": args.requests, "rounds": args.rounds, "clients": args.clients,
            "concurrency": args.concurrency, "users": args.users, "rate": args.rate}
     span = f"{args.seconds:g} s" + (f" and {args.requests} requests" if args.requests else "")
+    if args.rounds > 1:
+        span += f" in each of {args.rounds} interleaved rounds (CPU: the median)"
     offered = f"{args.rate:,.0f} decisions/s offered" if args.rate else "as fast as answered"
     print(f"\n# ratekeeper serve on loopback: {args.clients} client process(es) x "
           f"{args.concurrency} in flight ({offered}), at least {span} per scenario, "

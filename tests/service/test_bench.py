@@ -26,7 +26,7 @@ def test_service_bench_prints_each_scenario_next_to_its_transport_floor(tmp_path
     out = subprocess.run(
         [sys.executable, str(BENCH), "--seconds", "0", "--requests", str(REQUESTS),
          "--warmup", "0", "--redis", "none", "--concurrency", "2", "--users", "50",
-         "--json", str(results)],
+         "--rounds", "2", "--json", str(results)],
         check=False, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
@@ -42,9 +42,12 @@ def test_service_bench_prints_each_scenario_next_to_its_transport_floor(tmp_path
     got = {r["scenario"]: r for r in json.loads(results.read_text())["results"]}
     assert set(got) == SCENARIOS
     for name, r in got.items():
-        assert r["decisions"] == REQUESTS, (name, r["decisions"])
+        # two interleaved rounds: each scenario's requests twice, its CPU their median
+        assert r["decisions"] == 2 * REQUESTS, (name, r["decisions"])
         assert r["errors"] == 0, (name, r["error_samples"])
         assert r["per_second"] > 0 and r["wall_s"] > 0, name
+        by_round = r["cpu_us_per_decision_by_round"]
+        assert len(by_round) == 2 and r["service_cpu_us_per_decision"] == sum(by_round) / 2
     # Each floor is its transport's unit and the ratio is printed for every scenario of it,
     # once the floor's CPU was measurable at all (/proc counts in clock ticks: a few hundred
     # requests of a bare transport can round to 0 ticks, which is no ratio, not an error).
