@@ -552,6 +552,12 @@ async def test_script_calls_are_packed_once_per_arguments(standalone: StoreTarge
         assert [(d.allowed, d.remaining) for d in together] == [(True, 0), (True, 0),
                                                                 (False, 0), (False, 0)]
         assert dict(wire._packed) == packed  # a pipeline of them too
+        store._fcall = False  # (EVALSHA, as without Redis Functions)
+        standalone.admin.script_flush()
+        assert (await limiter.hit("k2")).remaining == 2  # NOSCRIPT: sent again as EVAL
+        assert store.stats.noscript_reloads == 1
+        # the EVALSHA kept, not the EVAL (it carries the script's whole text)
+        assert sorted(a[0] for a in wire._packed) == ["EVALSHA", "FCALL", "FCALL"]
     async with open_store(standalone, client_clock=True) as clocked:
         assert clocked._wire is not None and clocked._wire._packed is None
 

@@ -845,16 +845,21 @@ class AsyncRedisStore(_RedisCore):
         if redo:
             stats.noscript_reloads += len(redo)
             stats.calls += len(redo)
-            for i, r in zip(redo, await self._exchange([_script_command(calls[i], "EVAL")
-                                                         for i in redo]), strict=True):
+            # (not remembered: an EVAL carries the script's whole text, and is sent only for
+            # the calls on their way when the server lost its scripts)
+            for i, r in zip(redo, await self._exchange(
+                    [_script_command(calls[i], "EVAL") for i in redo], remember=False),
+                    strict=True):
                 results[i] = r
         return results
 
-    async def _exchange(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        """The replies to `commands` in one round trip, an error reply as its exception: on
-        the store's own connections (`_Wire`), or as a redis-py pipeline."""
+    async def _exchange(self, commands: list[tuple[Any, ...]],
+                        remember: bool = True) -> list[Any]:
+        """The replies to the script calls `commands` in one round trip, an error reply as
+        its exception: on the store's own connections (`_Wire`; packed once per arguments
+        when `remember`), or as a redis-py pipeline."""
         if self._wire is not None:
-            return await self._wire.exchange(commands, remembered=True)
+            return await self._wire.exchange(commands, remembered=remember)
         pipe = self._client.pipeline(transaction=False)
         for args in commands:
             pipe.execute_command(*args)
