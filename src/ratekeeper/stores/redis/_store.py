@@ -102,7 +102,6 @@ class RedisStore(_RedisCore):
         _connect: Callable[[], redis.cluster.RedisCluster] | None = None,
         _describe: str | None = None,
         _owns_client: bool = False,
-        _own_connections: bool = False,
         **options: Unpack[StoreOptions],
     ) -> None:
         if client is None and _connect is None:
@@ -516,9 +515,9 @@ class _Wire:
         self._packed: Memo[tuple[Any, ...], bytes] | None = Memo(10_000) if remember else None
 
     async def exchange(self, commands: Sequence[tuple[Any, ...]],
-                       remembered: bool = False) -> list[Any]:
+                       remember: bool = False) -> list[Any]:
         """The replies to `commands`, in order; an error reply is its `ResponseError`.
-        `remembered`: the commands are script calls (str and bytes arguments but the key
+        `remember`: the commands are script calls (str and bytes arguments but the key
         count), packed once per arguments (a decision on the server's clock sends the same
         ones again for the same keys; hiredis formats each argument's length with sprintf:
         ~24k instructions a composite call, of which the lookup leaves ~1k)."""
@@ -536,7 +535,7 @@ class _Wire:
                 if stale or (moving is not None and moving()):
                     await _close_quietly(conn)
             packed: list[bytes] = []
-            memo = self._packed if remembered else None
+            memo = self._packed if remember else None
             for args in commands:
                 if memo is None:
                     packed += conn.pack_command(*args)
@@ -567,10 +566,7 @@ class _Wire:
 
     async def one(self, command: tuple[Any, ...]) -> Any:
         """The reply to one command; an error reply raises its `ResponseError`."""
-        reply = (await self.exchange([command]))[0]
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
+        return _raised((await self.exchange([command]))[0])
 
     async def adopt(self, loop: asyncio.AbstractEventLoop) -> None:
         """Use `loop` from now on. Another loop's sockets are no use on it (one loop at a
@@ -609,6 +605,13 @@ def _script_command(call: _Call, how: str) -> tuple[Any, ...]:
     if how == "EVAL":
         return ("EVAL", script.text, n, *call.keys, *call.args)
     return ("EVALSHA", script.sha, n, *call.keys, *call.args)
+
+
+def _raised(reply: Any) -> Any:
+    """`reply`, or raised when it is an error reply (an exception, as `exchange` keeps it)."""
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
 
 
 async def _close_quietly(conn: Any) -> None:
@@ -668,7 +671,7 @@ class AsyncRedisStore(_RedisCore):
             # The store bounds every round trip itself (`timeout`); a socket read timeout
             # as well would cost an asyncio timer for each reply of every pipeline.
             kw = {**kw, "socket_timeout": None}
-        retry_given = "retry" in kw  # (before `async_client` sets none)
+        retry_given = "retry" in kw  # (read before `async_client` puts its no-retry in)
         client = async_client(target, kw)
         # Retry and health-check options, given or in the URL, are applied by redis-py's
         # commands, not by the store's own connections (`_Wire`).
@@ -715,10 +718,7 @@ class AsyncRedisStore(_RedisCore):
                     return found
         if wire is not None:  # (every command: see `_Wire`)
             if script is not None:
-                reply = (await self._scripts([call]))[0]
-                if isinstance(reply, Exception):
-                    raise reply
-                return reply
+                return _raised((await self._scripts([call]))[0])
             stats.calls += 1
             return await wire.one(("DEL", *call.keys) if call.keys else ("PING",))
         stats.calls += 1
@@ -859,7 +859,7 @@ class AsyncRedisStore(_RedisCore):
         its exception: on the store's own connections (`_Wire`; packed once per arguments
         when `remember`), or as a redis-py pipeline."""
         if self._wire is not None:
-            return await self._wire.exchange(commands, remembered=remember)
+            return await self._wire.exchange(commands, remember=remember)
         pipe = self._client.pipeline(transaction=False)
         for args in commands:
             pipe.execute_command(*args)
