@@ -7,9 +7,7 @@ server, counted by the server's ``total_reads_processed``); a lone check is one 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import gc
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +35,16 @@ def raising_limiter(store: AsyncRedisStore) -> AsyncLimiter:
     """A 10/s GCRA limiter on `store` at time 0 that raises store errors (the batch tests')."""
     return AsyncLimiter(Limit("gcra", "10/s", burst=10), store, clock=ManualClock(0.0),
                         failure="raise")
+
+
+async def opened_pipe(store: AsyncRedisStore) -> Any:
+    """The store's pipe (`_Pipe`), which opens after a round trip that worked (waited for in
+    loop iterations, bounded by work: the connection is the one that round trip used)."""
+    for _ in range(100):
+        if store._pipe is not None and not store._tasks:
+            return store._pipe
+        await asyncio.sleep(0)
+    raise AssertionError(f"no pipe opened: {store._pipe}, {store._tasks}")
 
 
 @pytest.mark.parametrize("path", CASE_FILES, ids=[p.stem for p in CASE_FILES])
@@ -205,9 +213,9 @@ async def test_a_caller_cancelled_during_its_batchs_round_trip_cancels_no_one_el
                                failure="raise")
         await limiter.hit("warm")
         tasks = [asyncio.ensure_future(limiter.hit(f"k{i}")) for i in range(5)]
-        for _ in range(3):  # the batch is on its way, in a task of its own
+        for _ in range(3):  # the batch is on its way: in a task of its own, or pipelined
             await asyncio.sleep(0)
-        assert store._batch is None and store._tasks
+        assert store._batch is None and (store._tasks or store._pipe.pending)
         tasks[0].cancel()
         done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True),
                                       FUNCTIONAL_TIMEOUT)
@@ -244,15 +252,16 @@ async def test_a_batch_cancelled_before_it_starts_fails_its_callers(
         standalone: StoreTarget) -> None:
     # Found by review: aclose() cancels a batch's task; cancelled before its first step, the
     # task never ran, and its callers waited for good (the store's timeout never started).
+    # (The store's first batch: it goes in a task of its own, as every batch does while
+    # no pipe is open, `_Pipe`.)
     store = open_store(standalone, client_clock=True)
     limiter = raising_limiter(store)
-    await limiter.hit("warm")
-    while store._tasks:  # the warm-up's batch is done with
-        await asyncio.sleep(0)
     callers = [asyncio.ensure_future(limiter.hit(k)) for k in ("a", "b")]
-    while not store._tasks:  # the batch's task exists, and has not run
+    for _ in range(100):  # the batch's task exists, and has not run (bounded: work)
+        if store._tasks:
+            break
         await asyncio.sleep(0)
-    assert not any(t.done() for t in store._tasks)
+    assert store._tasks and not any(t.done() for t in store._tasks)
     await store.aclose()
     done = await asyncio.wait_for(asyncio.gather(*callers, return_exceptions=True),
                                   FUNCTIONAL_TIMEOUT)
@@ -441,49 +450,44 @@ def test_a_store_used_on_one_loop_then_another_decides_on_both(
         standalone: StoreTarget) -> None:
     # `asyncio.run` per call (a script, a sync wrapper): each loop closes with the store's
     # sockets on it. redis-py's pool handed the next loop those sockets ("attached to a
-    # different loop"); the store's own connections go back to the pool and connect again,
-    # so no socket is left behind either. (asyncio warns of each socket the closed loop
-    # left open, as it is dropped.)
+    # different loop"); the store's own connections go back to the pool and connect again.
+    # Once a round trip worked, the store's connection is its pipe's (`_Pipe`), whose
+    # reader the closing loop cancels: the socket is closed then, so no loop leaves one
+    # behind (asyncio warned of each, when the connections were idle ones: ResourceWarning).
     store = open_store(standalone, client_clock=True)
     limiter = raising_limiter(store)
-    clients = []
+    alone = standalone.admin.info("clients")["connected_clients"]  # (the admin's own)
     for _ in range(4):
-        with pytest.warns(ResourceWarning) if clients else contextlib.nullcontext():
-            assert asyncio.run(limiter.hit("k")).allowed
-            gc.collect()
-        clients.append(standalone.admin.info("clients")["connected_clients"])
-    assert clients == clients[:1] * 4  # one connection of the store's at a time
+        assert asyncio.run(limiter.hit("k")).allowed
+        for _ in range(1000):  # (the server sees the socket's end in its own time)
+            if standalone.admin.info("clients")["connected_clients"] == alone:
+                break
+        assert standalone.admin.info("clients")["connected_clients"] == alone
     assert asyncio.run(store.astate(limiter.limits[0], "k")) is not None
     asyncio.run(store.aclose())  # on yet another loop, without an error
-    with pytest.warns(ResourceWarning):
-        del store, limiter  # (what the last loop left open goes with the store)
-        gc.collect()
-    for _ in range(1000):  # (the server sees the socket's end in its own time: bounded)
-        if standalone.admin.info("clients")["connected_clients"] < clients[0]:
-            break
-    assert standalone.admin.info("clients")["connected_clients"] == clients[0] - 1
 
 
 async def test_connections_past_the_ones_kept_idle_go_back_to_the_pool(
         server_factory: Callable[..., RedisServer]) -> None:
     server = server_factory("redis")
     async with AsyncRedisStore.from_url(server.url, timeout=FUNCTIONAL_TIMEOUT) as store:
-        limiter = raising_limiter(store)
+        # (Round trips on the wire's connections, three at once: as batches go while no
+        # pipe is open, and as the store's other commands go.)
         wire: Any = store._wire
         wire.keep = 1
-        await limiter.hit("warm")
+        assert await store.aping()
 
         async def three_batches_at_once(name: str) -> None:
-            server.pause()  # each call in a loop iteration of its own: a batch each
+            server.pause()  # each round trip in a loop iteration of its own
             try:
                 calls = []
                 for i in range(3):
-                    calls.append(asyncio.ensure_future(limiter.hit(f"{name}{i}")))
+                    calls.append(asyncio.ensure_future(wire.one(("ECHO", f"{name}{i}"))))
                     for _ in range(3):
-                        await asyncio.sleep(0)  # its batch has gone out
+                        await asyncio.sleep(0)  # its command has gone out
             finally:
                 server.resume()
-            assert all(d.allowed for d in await asyncio.gather(*calls))
+            assert await asyncio.gather(*calls) == [f"{name}{i}".encode() for i in range(3)]
 
         await three_batches_at_once("k")
         pool = store._client.connection_pool
@@ -580,15 +584,160 @@ async def test_retry_or_health_check_options_keep_redis_pys_commands(
 async def test_a_connection_marked_to_move_is_opened_again_before_use(
         standalone: StoreTarget) -> None:
     # redis-py 8 marks connections on a maintenance notification (MOVING) and drops them as
-    # its pool gets them back; the store keeps its own, so it drops them before use.
+    # its pool gets them back; the store keeps its own, so it drops them before use: the
+    # pipe's (`_Pipe`) retires, an idle one is opened again.
     async with open_store(standalone) as store:
         limiter = raising_limiter(store)
         await limiter.hit("k")
-        (conn,) = store._wire._idle  # type: ignore[union-attr]
+        conn = (await opened_pipe(store)).conn
         if not hasattr(conn, "mark_for_reconnect"):
             pytest.skip("this redis-py has no maintenance notifications")
         opened = standalone.admin.info("stats")["total_connections_received"]
         conn.mark_for_reconnect()
-        assert (await limiter.hit("k")).remaining == 8
+        assert (await limiter.hit("k")).remaining == 8  # not on the pipe: on a new one
         assert standalone.admin.info("stats")["total_connections_received"] == opened + 1
-        assert not conn.should_reconnect()
+        for _ in range(100):  # its reader gives it back, closed (bounded: work)
+            if not conn.should_reconnect():
+                break
+            await asyncio.sleep(0)
+        assert not conn.should_reconnect()  # (closed; or connected again, to where it moved)
+        # an idle connection of the wire's, marked, is opened again as it is taken
+        assert await store.aping()
+        wire: Any = store._wire
+        idle = wire._idle[-1]
+        idle.mark_for_reconnect()
+        opened = standalone.admin.info("stats")["total_connections_received"]
+        assert await store.aping()
+        assert standalone.admin.info("stats")["total_connections_received"] == opened + 1
+        assert not idle.should_reconnect()
+
+
+async def test_calls_one_per_loop_iteration_are_pipelined_on_one_connection(
+        standalone: StoreTarget) -> None:
+    # grpc.aio hands the service one call per loop iteration: each batch is one call. After
+    # the first round trip, batches are written on the pipe (`_Pipe`) as they are flushed:
+    # no task, no connection taken per batch, none opened; each reply to its own caller.
+    async with open_store(standalone, client_clock=True) as store:
+        limiter = AsyncLimiter(Limit("gcra", "100/s", burst=100), store,
+                               clock=ManualClock(0.0), failure="raise")
+        await limiter.hit("warm")
+        await opened_pipe(store)
+        connections = standalone.admin.info("stats")["total_connections_received"]
+        calls = store.stats.calls
+        callers = []
+        for i in range(40):  # a caller per iteration, each a batch of its own
+            callers.append(asyncio.ensure_future(limiter.hit(f"u{i % 8}")))
+            await asyncio.sleep(0)
+            assert not store._tasks  # no batch went in a task of its own
+        got = await asyncio.wait_for(asyncio.gather(*callers), FUNCTIONAL_TIMEOUT)
+        assert store._pipe is not None and not store._pipe.pending
+        # each user's five calls counted down in order: no reply went to another caller
+        assert [d.remaining for d in got] == [99.0 - i // 8 for i in range(40)]
+        assert store.stats.calls - calls == 40
+        assert standalone.admin.info("stats")["total_connections_received"] == connections
+
+
+async def test_a_pipeline_on_the_pipe_hands_each_reply_to_its_caller(
+        standalone: StoreTarget) -> None:
+    # A batch of several calls (HTTP's) on the pipe: one write, counted as one pipeline;
+    # error replies (NOSCRIPT after a SCRIPT FLUSH) are sent again for their callers alone.
+    async with open_store(standalone, client_clock=True) as store:
+        limiter = AsyncLimiter(Limit("gcra", "100/s", burst=100), store,
+                               clock=ManualClock(0.0), failure="raise")
+        await limiter.hit("warm")
+        await opened_pipe(store)
+        pipelines = store.stats.pipelines
+        got = await asyncio.gather(*(limiter.hit(f"p{i % 3}") for i in range(9)))
+        assert [d.remaining for d in got] == [99.0 - i // 3 for i in range(9)]
+        assert store.stats.pipelines - pipelines == 1
+        standalone.admin.script_flush()
+        standalone.admin.function_flush()
+        stats = store.stats
+        reloads = stats.noscript_reloads + stats.function_loads
+        got = await asyncio.gather(*(limiter.hit(f"p{i % 3}") for i in range(6)))
+        # (each caller sends its own again: concurrent calls of a key, in either order)
+        assert [sorted(d.remaining for d in got[k::3]) for k in range(3)] == [[95, 96]] * 3
+        assert stats.noscript_reloads + stats.function_loads > reloads
+        assert stats.errors == 0
+
+
+async def test_a_frozen_server_breaks_the_pipe_and_a_new_one_opens_after(
+        server_factory: Callable[..., RedisServer]) -> None:
+    # The pipe's oldest call past its deadline breaks it: every call waiting fails with the
+    # timeout (none waits longer), and its connection is closed, as a round trip past its
+    # deadline closes its own (the next one connects again: to a new primary, after a
+    # failover). Once the server answers, a round trip opens another pipe.
+    server = server_factory("redis")
+    store = AsyncRedisStore.from_url(server.url, timeout=0.3, breaker_failures=1000)
+    limiter = AsyncLimiter(Limit("gcra", "100/s", burst=100), store, failure="raise")
+    try:
+        await limiter.hit("warm")
+        pipe = await opened_pipe(store)
+        server.pause()
+        try:
+            callers = []
+            for i in range(5):
+                callers.append(asyncio.ensure_future(limiter.hit(f"f{i}")))
+                await asyncio.sleep(0)
+            for _ in range(100):  # (bounded: work)
+                if len(pipe.pending) == 5:
+                    break
+                await asyncio.sleep(0)
+            assert len(pipe.pending) == 5  # all five written on the pipe
+            outs = await asyncio.wait_for(asyncio.gather(*callers, return_exceptions=True),
+                                          FUNCTIONAL_TIMEOUT)
+            assert all(isinstance(o, StoreError) and "no reply within 0.3 s" in str(o)
+                       for o in outs), outs
+            assert pipe.broken and store._pipe is None and not pipe.pending
+        finally:
+            server.resume()
+        for _ in range(10_000):  # its connection closed, and given back (bounded: work)
+            if not pipe.conn.is_connected:
+                break
+            await asyncio.sleep(0)
+        assert not pipe.conn.is_connected
+        assert (await limiter.hit("after")).remaining == 99
+        assert await opened_pipe(store) is not pipe
+        assert (await limiter.hit("after")).remaining == 98  # on the new pipe
+    finally:
+        await store.aclose()
+
+
+async def test_a_server_gone_while_the_pipe_is_idle_breaks_it_at_once(
+        server_factory: Callable[..., RedisServer]) -> None:
+    # The pipe's reader is always reading: a server that closes the connection while no
+    # call waits breaks the pipe then, not when the next call is written on a dead socket.
+    server = server_factory("redis")
+    store = AsyncRedisStore.from_url(server.url, timeout=FUNCTIONAL_TIMEOUT)
+    limiter = AsyncLimiter(Limit("gcra", "10/s", burst=10), store, clock=ManualClock(0.0),
+                           failure="raise")
+    try:
+        await limiter.hit("k")
+        pipe = await opened_pipe(store)
+        server.kill()
+        for _ in range(100_000):  # bounded by work: the loop reads the socket's end
+            if pipe.broken:
+                break
+            await asyncio.sleep(0)
+        assert pipe.broken and store._pipe is None
+        server.restart()
+        d = await limiter.hit("k")  # the restart lost the data: a fresh count, no failure
+        assert (d.allowed, d.remaining, d.degraded) == (True, 9, False)
+        assert store.stats.errors == 0
+    finally:
+        await store.aclose()
+
+
+async def test_a_connection_with_a_read_timeout_is_not_made_a_pipe(
+        standalone: StoreTarget) -> None:
+    # A pipe's reader is always reading: a read timeout of the client's own (one that is not
+    # the store's `timeout`) would break it each time the pipe sat idle that long. Such a
+    # store keeps sending each batch on a connection of its own.
+    async with open_store(standalone, client_clock=True,
+                          client_options={"socket_timeout": 30.0}) as store:
+        limiter = raising_limiter(store)
+        for i in range(3):
+            assert (await limiter.hit("k")).remaining == 9 - i
+            for _ in range(3):
+                await asyncio.sleep(0)  # (where a pipe would have opened)
+            assert store._pipe is None and not store._pipes
