@@ -619,18 +619,20 @@ class _Pipe:
     gives the connection back to the wire's idle ones (it connects again when next used) --
     when the connection fails or ends (a server gone while it is idle is seen at once: the
     reader is always reading, with no read timeout: a pipe is opened only on a connection
-    without one), when a reply comes that no call waits for, and when the oldest call
-    waiting is past its deadline (`timeout`: the server is frozen or too slow; as a round
-    trip past its deadline closes its connection, so the next one connects again, to a new
-    primary after a failover). The store then opens another one after its next round trip
-    that works."""
+    without one), and when a reply comes that no call waits for. A call past its deadline
+    (`timeout`) fails alone, as a batch past its own does, and the pipe retires: the calls
+    sent after it wait for their own deadlines, and once none is left the socket is closed
+    (a server frozen or too slow; as a round trip past its deadline closes its connection,
+    so the next one connects again, to a new primary after a failover). The store opens
+    another pipe after its next round trip that works."""
 
     __slots__ = ("_give_back", "_moving", "_on_broken", "_on_error", "_reader", "_timer",
                  "broken", "conn", "loop", "pending", "retiring", "timeout", "writer")
 
     def __init__(self, conn: Any, loop: asyncio.AbstractEventLoop, timeout: float | None, *,
                  on_broken: Callable[[_Pipe], None], give_back: Callable[[Any], None],
-                 on_error: Callable[[_Call, asyncio.Future[Any], Exception], None]) -> None:
+                 on_error: Callable[[_Call, asyncio.Future[Any], Exception, float], None]
+                 ) -> None:
         self.conn, self.loop, self.timeout = conn, loop, timeout
         self.writer: asyncio.StreamWriter = conn._writer
         self._on_broken, self._give_back, self._on_error = on_broken, give_back, on_error
@@ -684,13 +686,13 @@ class _Pipe:
                     error = e
                 if not pending:
                     raise rex.ConnectionError("Redis sent a reply no call was waiting for")
-                future, _, call = pending.popleft()
+                future, deadline, call = pending.popleft()
                 if future.done():  # its caller has gone: the reply is dropped
                     pass
                 elif error is None:
                     future.set_result(reply)
                 else:
-                    self._on_error(call, future, error)
+                    self._on_error(call, future, error, deadline)
                 if self.retiring and not pending:
                     self.broken = True
                     return
@@ -705,15 +707,28 @@ class _Pipe:
             self._give_back(conn)
 
     def _check(self) -> None:
-        """The oldest call waiting past its deadline breaks the pipe (see the class)."""
+        """Calls past their deadline fail, and the pipe retires; once no call is left
+        waiting, it breaks (see the class)."""
         self._timer = None
-        if self.broken or not self.pending:
+        if self.broken:
             return
-        deadline = self.pending[0][1]
-        if deadline <= self.loop.time():
-            self.fail(asyncio.TimeoutError(f"no reply within {self.timeout:g} s"))
-        else:
-            self._timer = self.loop.call_at(deadline, self._check)
+        now, expired, soonest = self.loop.time(), False, None
+        for future, deadline, _ in self.pending:  # (in the order sent: deadlines rise)
+            if future.done():
+                continue
+            if deadline > now:
+                soonest = deadline
+                break
+            # (left in place, done: its reply, if it comes, is read and dropped in turn)
+            future.set_exception(asyncio.TimeoutError(f"no reply within {self.timeout:g} s"))
+            expired = True
+        if expired and not self.retiring:
+            self.retiring = True
+            self._on_broken(self)
+        if soonest is not None:
+            self._timer = self.loop.call_at(soonest, self._check)
+        elif self.retiring:  # the server is not answering, and no call waits for it
+            self.fail(StoreUnavailable("the store's pipelined connection timed out"))
 
     def fail(self, exc: Exception) -> None:
         """Break the pipe: every call waiting gets `exc`; the connection goes back closed."""
@@ -722,6 +737,8 @@ class _Pipe:
         self.broken = True
         self._on_broken(self)
         pending, self.pending = self.pending, deque()
+        if self.loop.is_closed():  # nothing can wait on it, nor run its reader again
+            return
         for future, _, _ in pending:
             if not future.done():
                 future.set_exception(exc)
@@ -735,12 +752,14 @@ class _Pipe:
         """Break the pipe (`aclose`), and wait until its reader has given its connection
         back."""
         self.fail(StoreUnavailable("the store was closed"))
-        with contextlib.suppress(BaseException):
-            await self._reader
+        await asyncio.wait([self._reader])  # (its outcome is the calls', not this one's)
 
 
 #: A pipe whose write buffer holds this much (a server not reading) takes no more batches.
 _PIPE_BUFFER = 1 << 20
+#: A pipelined call's error reply, for the store to send again: the call, its caller's
+#: future, the error, the call's deadline (loop time).
+_ErrorReply = tuple[_Call, "asyncio.Future[Any]", Exception, float]
 
 #: redis-py connection options that its command path applies and the store's own
 #: connections (`_Wire`) would not: set, the store keeps redis-py's commands (and with a
@@ -822,8 +841,9 @@ class AsyncRedisStore(_RedisCore):
         self._pipe: _Pipe | None = None
         self._opening = False
         self._pipes = self._wire is not None  # (False: this store's connections cannot)
-        #: This loop iteration's error replies from the pipe, sent again together.
-        self._errors: list[tuple[_Call, asyncio.Future[Any], Exception]] | None = None
+        #: This loop iteration's error replies from the pipe (its loop, and each call, its
+        #: caller's future, the error and the call's deadline), sent again together.
+        self._errors: tuple[asyncio.AbstractEventLoop, list[_ErrorReply]] | None = None
 
     @classmethod
     def _from_target(cls, target: _Target, kw: dict[str, Any], timeout: float,
@@ -941,7 +961,11 @@ class AsyncRedisStore(_RedisCore):
         loop, calls = batch
         pipe = self._pipe
         if pipe is not None and pipe.usable(loop):
-            self._pipelined(pipe, calls)
+            try:
+                self._pipelined(pipe, calls)
+            except Exception as e:  # (a callback's error would strand its callers)
+                pipe.fail(e)
+                self._settle(calls, None, e)
             return
         task = loop.create_task(self._send_batch(calls))
         self._tasks.add(task)
@@ -963,37 +987,49 @@ class AsyncRedisStore(_RedisCore):
         pipe.send(self._wire.pack(pipe.conn, [_script_command(c, how) for c, _ in batch],
                                   True), batch)
 
-    def _error_reply(self, call: _Call, fut: asyncio.Future[Any], error: Exception) -> None:
+    def _error_reply(self, call: _Call, fut: asyncio.Future[Any], error: Exception,
+                     deadline: float) -> None:
         """A pipelined call's error reply: those of one loop iteration are answered
         together (`_replied`: after a SCRIPT or FUNCTION FLUSH, every call on its way
-        fails, and the library is loaded once and they are sent again as one pipeline)."""
+        fails, and the library is loaded once and they are sent again as one pipeline),
+        within what is left of the calls' deadline (loop time)."""
+        loop = asyncio.get_running_loop()
         errors = self._errors
-        if errors is None:
-            errors = self._errors = []
-            asyncio.get_running_loop().call_soon(self._flush_errors, errors)
-        errors.append((call, fut, error))
+        if errors is None or errors[0] is not loop:  # (another loop's closed before it)
+            errors = self._errors = (loop, [])
+            loop.call_soon(self._flush_errors, errors)
+        errors[1].append((call, fut, error, deadline))
 
-    def _flush_errors(self, errors: list[tuple[_Call, asyncio.Future[Any], Exception]]
+    def _flush_errors(self, errors: tuple[asyncio.AbstractEventLoop, list[_ErrorReply]]
                       ) -> None:
-        if self._errors is errors:
-            self._errors = None
-        task = asyncio.get_running_loop().create_task(self._send_again(errors))
+        if self._errors is not errors:  # (`aclose` answered them)
+            return
+        self._errors = None
+        loop, entries = errors
+        batch = [(c, f) for c, f, _, _ in entries]
+        task = loop.create_task(self._send_again(entries))
         self._tasks.add(task)
         # (a task cancelled before its first step, `aclose`, would leave its callers waiting)
-        task.add_done_callback(functools.partial(self._sent, [(c, f) for c, f, _ in errors]))
+        task.add_done_callback(functools.partial(self._sent, batch))
 
-    async def _send_again(self, errors: list[tuple[_Call, asyncio.Future[Any], Exception]]
-                          ) -> None:
-        live = [entry for entry in errors if not entry[1].done()]
+    async def _send_again(self, entries: list[_ErrorReply]) -> None:
+        live = [entry for entry in entries if not entry[1].done()]
+        batch = [(c, f) for c, f, _, _ in live]
+        if not live:
+            return
+        again = self._replied([c for c, _, _, _ in live], [e for _, _, e, _ in live])
         try:
-            results = await self._bounded(self._replied([c for c, _, _ in live],
-                                                        [e for _, _, e in live]))
+            if self.timeout is None:
+                results = await again
+            else:  # what is left of the first call's deadline (as a batch's resend)
+                left = live[0][3] - asyncio.get_running_loop().time()
+                results = await self._deadlines.bound(again, max(left, 0.0))
         except BaseException as e:  # every waiter gets the failure
-            self._settle([(c, f) for c, f, _ in live], None, e)
+            self._settle(batch, None, e)
             if not isinstance(e, Exception):
                 raise
             return
-        self._settle([(c, f) for c, f, _ in live], results)
+        self._settle(batch, results)
 
     def _pipe_broken(self, pipe: _Pipe) -> None:
         if self._pipe is pipe:
@@ -1004,27 +1040,53 @@ class AsyncRedisStore(_RedisCore):
         worked; if that fails, the next one tries again."""
         wire, old = self._wire, self._pipe
         assert wire is not None
+        if old is not None:  # another loop's
+            self._pipe = None
+            await self._drop_pipe(old)
         try:
-            if old is not None:  # another loop's: its reader gave its connection back
-                self._pipe = None
             # (the connection the round trip just gave back, usually: none is opened)
             conn = await self._bounded(wire._take())
+        except Exception:  # (the store's calls go the other way meanwhile)
+            return
+        try:
             await self._bounded(wire.checked(conn))
             if not conn.is_connected:
                 await self._bounded(conn.connect())
-            if getattr(conn, "_writer", None) is None or conn.socket_timeout is not None:
-                # Not a stream connection (redis-py's); or with a read timeout, which would
-                # break an idle pipe each time it passes (`timeout` bounds a round trip).
-                self._pipes = False
-                wire._idle_again(conn)
-                return
-            self._pipe = _Pipe(conn, asyncio.get_running_loop(), self.timeout,
-                               on_broken=self._pipe_broken, give_back=wire._idle_again,
-                               on_error=self._error_reply)
-        except Exception:  # (the store's calls go the other way meanwhile)
+        except BaseException as e:
+            await _close_quietly(conn)
+            wire._idle_again(conn)
+            if not isinstance(e, Exception):
+                raise
             return
-        finally:
-            self._opening = False
+        timeout = conn.socket_timeout
+        if getattr(conn, "_writer", None) is None or timeout is not None:
+            # Not a stream connection (redis-py's); or with a read timeout, which would
+            # break an idle pipe each time it passes (`timeout` bounds a round trip): given
+            # one (not one redis-py 8 relaxed for a while: maintenance notifications), no
+            # pipe for this store.
+            if wire._pool.connection_kwargs.get("socket_timeout") == timeout:
+                self._pipes = False
+            wire._idle_again(conn)
+            return
+        self._pipe = _Pipe(conn, asyncio.get_running_loop(), self.timeout,
+                           on_broken=self._pipe_broken, give_back=wire._idle_again,
+                           on_error=self._error_reply)
+
+    def _opened(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._opening = False  # (also when cancelled before its first step: `aclose`)
+
+    async def _drop_pipe(self, pipe: _Pipe) -> None:
+        """`aclose`, or a pipe of another loop: closed on this one's, or if its loop is
+        closed, its connection given back to the pool (as `_Wire.adopt` gives idle ones);
+        one on a loop that is neither gives its connection back when that loop runs on."""
+        if pipe.loop is asyncio.get_running_loop():
+            await pipe.close()
+        elif pipe.loop.is_closed():
+            pipe.fail(StoreUnavailable("its event loop is closed"))
+            await _close_quietly(pipe.conn)
+            assert self._wire is not None
+            await self._wire._pool.release(pipe.conn)
 
     def _sent(self, calls: list[tuple[_Call, asyncio.Future[Any]]],
               task: asyncio.Task[None]) -> None:
@@ -1064,7 +1126,7 @@ class AsyncRedisStore(_RedisCore):
             self._opening = True
             task = asyncio.get_running_loop().create_task(self._open_pipe())
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._opened)
 
     @staticmethod
     def _settle(batch: list[tuple[_Call, asyncio.Future[Any]]], results: list[Any] | None,
@@ -1243,9 +1305,12 @@ class AsyncRedisStore(_RedisCore):
                 self._tasks.discard(task)
             else:
                 task.cancel()
+        errors, self._errors = self._errors, None
+        if errors is not None and not errors[0].is_closed():
+            self._unsent([(c, f) for c, f, _, _ in errors[1]])
         pipe, self._pipe = self._pipe, None
-        if pipe is not None and pipe.loop is asyncio.get_running_loop():
-            await pipe.close()  # (another loop's reader gave its connection back, or will)
+        if pipe is not None:
+            await self._drop_pipe(pipe)
         if self._wire is not None:  # (the pool cannot close a closed loop's sockets)
             await self._wire.adopt(asyncio.get_running_loop())
         if self._owns_client:
