@@ -84,6 +84,9 @@ limits = [
 ]
 """
 CLI = [sys.executable, "-c", "import sys; from ratekeeper.cli import main; sys.exit(main())"]
+#: With ``--instructions``: the command every server runs under (callgrind, counting off
+#: until `Counted.count` turns it on), and where its counts go.
+VALGRIND: list[str] = []
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 
@@ -101,12 +104,14 @@ class Service:
         if workers > 1:
             args += ["--workers", str(workers)]
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen([*VALGRIND, *args], stdout=out,
+                                         stderr=subprocess.STDOUT)
         # The "listening" record is at info level: poll the ports instead.
         self.http_port, self.grpc_port = self._ports()
 
     def _ports(self) -> tuple[int, int]:
-        deadline = time.monotonic() + 30
+        wait = 300 if VALGRIND else 30  # (a program under callgrind starts ~50x slower)
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise SystemExit(f"service exited:\n{self.log.read_text()}")
@@ -116,7 +121,7 @@ class Service:
                 if http and grpc_:
                     return http, grpc_
             time.sleep(0.05)
-        raise SystemExit(f"service did not listen within 30 s:\n{self.log.read_text()}")
+        raise SystemExit(f"service did not listen within {wait} s:\n{self.log.read_text()}")
 
     def pids(self) -> list[int]:
         """The process and its children (the workers of ``--workers N``)."""
@@ -135,6 +140,29 @@ class Service:
             total += (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
         return total
 
+    def count(self, work: Any) -> tuple[Any, int]:
+        """`work()`'s result and the instructions this server ran meanwhile (all of its
+        threads), with ``--instructions``: callgrind's counting on for `work` alone."""
+        pid = str(self.proc.pid)
+        subprocess.run(["callgrind_control", "-z", pid], capture_output=True, check=True)
+        subprocess.run(["callgrind_control", "-i", "on", pid], capture_output=True, check=True)
+        try:
+            result = work()
+        finally:
+            subprocess.run(["callgrind_control", "-i", "off", pid], capture_output=True,
+                           check=True)
+        before = set(_CALLGRIND_OUT.glob(f"cg-{pid}.out*"))
+        subprocess.run(["callgrind_control", "-d", pid], capture_output=True, check=True)
+        deadline = time.monotonic() + 60
+        while True:  # the dump is written by the program itself, when it next runs
+            new = set(_CALLGRIND_OUT.glob(f"cg-{pid}.out*")) - before
+            totals = [_callgrind_total(f) for f in new]
+            if new and None not in totals:
+                return result, sum(t for t in totals if t is not None)
+            if time.monotonic() > deadline:
+                raise SystemExit(f"callgrind wrote no counts for {pid} within 60 s")
+            time.sleep(0.1)
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -142,6 +170,22 @@ class Service:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
+
+
+#: Where callgrind writes (``--instructions``); set by `main`.
+_CALLGRIND_OUT = Path(tempfile.gettempdir())
+
+
+def _callgrind_total(path: Path) -> int | None:
+    """A callgrind dump's instruction total (None while it is still being written)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("totals:"):  # (its "summary:" line is of the part dumped last)
+            return int(line.split()[1])
+    return None
 
 
 def _listening_ports(pid: int) -> set[int]:
@@ -193,8 +237,8 @@ class Floor:
         body = workdir / f"answer-{kind}.bin"
         body.write_bytes(answer)
         extra = [] if redis_url is None else ["--redis", redis_url]
-        self.proc = subprocess.Popen([sys.executable, __file__, "--floor", kind, "--answer",
-                                      str(body), *extra], stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen([*VALGRIND, sys.executable, __file__, "--floor", kind,
+                                      "--answer", str(body), *extra], stdout=subprocess.PIPE)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
@@ -203,6 +247,7 @@ class Floor:
 
     pids = Service.pids
     cpu_seconds = Service.cpu_seconds
+    count = Service.count
     stop = Service.stop
 
 
@@ -552,6 +597,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1,
                    help="measure every scenario this many times, interleaved (the CPU per "
                         "decision reported is the median)")
+    p.add_argument("--instructions", action="store_true",
+                   help="count each server's instructions per decision with callgrind "
+                        "(valgrind) instead of reading its CPU time: the same count however "
+                        "busy the machine is (needs --requests; no --workers scenario)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     # client mode (internal)
     p.add_argument("--client", choices=("http", "grpc"), help=argparse.SUPPRESS)
@@ -571,6 +620,16 @@ def main() -> None:
 
     stack: list[Any] = []
     workdir = Path(tempfile.mkdtemp(prefix="rk-bench-"))
+    if args.instructions:
+        global _CALLGRIND_OUT  # noqa: PLW0603 (read by `count`, set once here)
+        if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+            raise SystemExit("--instructions needs valgrind (apt install valgrind)")
+        if not args.requests:
+            raise SystemExit("--instructions counts a fixed amount of work: give --requests N")
+        _CALLGRIND_OUT = workdir
+        VALGRIND[:] = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                       f"--callgrind-out-file={workdir}/cg-%p.out"]
+        args.workers = 1  # (callgrind would follow one process of several)
     policies = workdir / "policies.toml"
     policies.write_text(POLICIES)
     stores: list[tuple[str, str | None, int]] = [("memory", None, 1)]
@@ -621,20 +680,31 @@ def main() -> None:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in plan}
         if args.warmup > 0:  # --warmup seconds, and every user at least once
             for _, kind, _, port in plan:
-                _drive(kind, port, args.warmup, args.clients, args.concurrency, args.users,
-                       args.users * args.clients, rate=args.rate, cover=True)
+                # (twice under callgrind, whose server answers few calls in --warmup)
+                for _ in range(2 if args.instructions else 1):
+                    _drive(kind, port, args.warmup, args.clients, args.concurrency,
+                           args.users, args.users * args.clients, rate=args.rate, cover=True)
         for r in range(args.rounds):
             for name, kind, server, port in (plan if r % 2 == 0 else plan[::-1]):
                 cpu0 = server.cpu_seconds()
                 t0 = time.perf_counter()
-                run = _drive(kind, port, args.seconds, args.clients, args.concurrency,
-                             args.users, args.requests, args.rate)
+
+                def work(kind: str = kind, port: int = port) -> dict[str, Any]:
+                    return _drive(kind, port, 0 if args.instructions else args.seconds,
+                                  args.clients, args.concurrency, args.users, args.requests,
+                                  args.rate)
+
+                run, instructions = server.count(work) if args.instructions else (work(), 0)
                 run["wall_s"] = time.perf_counter() - t0
                 run["cpu_s"] = server.cpu_seconds() - cpu0
-                runs[name].append(run)
                 n = len(run["lat_us"])
-                print(f"{name:<22} round {r + 1}: {n / run['elapsed_s']:>9,.0f}/s  CPU "
-                      f"{run['cpu_s'] / n * 1e6 if n else float('nan'):5.0f} us/decision  "
+                run["instructions_per_decision"] = instructions / n if n else float("nan")
+                runs[name].append(run)
+                shown = (f"{run['instructions_per_decision']:9,.0f} instructions/decision"
+                         if args.instructions else
+                         f"CPU {run['cpu_s'] / n * 1e6 if n else float('nan'):5.0f} "
+                         "us/decision")
+                print(f"{name:<22} round {r + 1}: {n / run['elapsed_s']:>9,.0f}/s  {shown}  "
                       f"errors {run['errors']}", file=sys.stderr)
         results: list[dict[str, Any]] = []
         for name, kind, _, _ in plan:
@@ -652,6 +722,9 @@ def main() -> None:
                 "mean_ms": statistics.fmean(lat) / 1000 if lat else float("nan"),
                 "service_cpu_us_per_decision": statistics.median(per_round),
                 "cpu_us_per_decision_by_round": per_round,
+                **({"instructions_per_decision": statistics.median(
+                    run["instructions_per_decision"] for run in rounds)}
+                   if args.instructions else {}),
                 "errors": sum(run["errors"] for run in rounds),
                 "error_samples": [e for run in rounds for e in run["error_samples"]][:5],
                 "wall_s": sum(run["wall_s"] for run in rounds),
@@ -660,13 +733,16 @@ def main() -> None:
         # with the Redis round trip for the Redis scenarios.
         # (`x_own_floor`: the Redis scenarios over the floor whose round trip is the store's
         # own connection)
-        cpu_of = {r["scenario"]: r["service_cpu_us_per_decision"] for r in results}
+        # (with --instructions, the ratios are of instructions per decision)
+        measure = "instructions_per_decision" if args.instructions \
+            else "service_cpu_us_per_decision"
+        cpu_of = {r["scenario"]: r[measure] for r in results}
         for r in results:
             redis_row = "redis" in r["scenario"]
             base = f"{r['transport']}{'-redis' if redis_row else ''}"
             f = cpu_of.get(f"{base}-floor")
             own = cpu_of.get(f"{base}-own-floor") if redis_row else None
-            cpu = r["service_cpu_us_per_decision"]
+            cpu = r[measure]
             r["x_floor"] = cpu / f if f else float("nan")
             r["x_own_floor"] = cpu / own if own else float("nan")
     finally:
@@ -677,22 +753,26 @@ def main() -> None:
     env = {"python": platform.python_version(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "seconds": args.seconds,
            "requests": args.requests, "rounds": args.rounds, "clients": args.clients,
-           "concurrency": args.concurrency, "users": args.users, "rate": args.rate}
+           "concurrency": args.concurrency, "users": args.users, "rate": args.rate,
+           "measure": "callgrind instructions" if args.instructions else "CPU time"}
     span = f"{args.seconds:g} s" + (f" and {args.requests} requests" if args.requests else "")
+    if args.instructions:
+        span = f"{args.requests} requests counted with callgrind"
     if args.rounds > 1:
         span += f" in each of {args.rounds} interleaved rounds (CPU: the median)"
     offered = f"{args.rate:,.0f} decisions/s offered" if args.rate else "as fast as answered"
     print(f"\n# ratekeeper serve on loopback: {args.clients} client process(es) x "
           f"{args.concurrency} in flight ({offered}), at least {span} per scenario, "
           f"{env['cpus']} CPUs, load average {env['loadavg'][0]:.1f} at the end")
-    print("| scenario | decisions/s | p50 ms | p99 ms | p99.9 ms | server CPU us/decision "
+    cost = "server instructions/decision" if args.instructions else "server CPU us/decision"
+    print(f"| scenario | decisions/s | p50 ms | p99 ms | p99.9 ms | {cost} "
           "| x floor | x own floor | errors |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
         own = "" if math.isnan(r["x_own_floor"]) else f"{r['x_own_floor']:.2f}"
         print(f"| {r['scenario']} | {r['per_second']:,.0f} | {r['p50_ms']:.2f} | "
               f"{r['p99_ms']:.2f} | {r['p999_ms']:.2f} | "
-              f"{r['service_cpu_us_per_decision']:.0f} | {r['x_floor']:.2f} | {own} | "
+              f"{r[measure]:,.0f} | {r['x_floor']:.2f} | {own} | "
               f"{r['errors']} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
