@@ -43,6 +43,8 @@ service share a small machine (they compete for the same cores).
     .venv/bin/python bench/bench_service.py --json bench/results/service.json
     .venv/bin/python bench/bench_service.py --rate 2000   # the same load offered to each
     .venv/bin/python bench/bench_service.py --rounds 5 --seconds 3   # interleaved, medians
+    .venv/bin/python bench/bench_service.py --instructions --requests 2000 --users 1000
+                                                    # instructions per decision (valgrind)
 
 ``--redis auto`` (the default) starts a throw-away ``redis-server`` (tests/servers.py) if the
 binary and ratekeeper's Redis store are available; ``--redis URL`` uses yours (keys go under

@@ -8,6 +8,8 @@ the same verdict as an idle one.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +93,32 @@ def test_service_bench_holds_the_redis_scenarios_to_a_floor_with_a_redis_round_t
                 for name in (f"{kind}-redis", f"{kind}-redis-2w"):
                     r = got[name]
                     assert r[field] == r["service_cpu_us_per_decision"] / floor, name
+
+
+@pytest.mark.slow
+def test_service_bench_counts_instructions_per_decision_under_callgrind(tmp_path: Path) -> None:
+    # `--instructions`: the servers under callgrind, counting only the measured requests.
+    # The counts are not held to any figure (they are the benchmark's answer); what is
+    # checked is that every server's count is there, per decision, and the ratio is theirs.
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI installs valgrind (.ci/run): --instructions is a documented command")
+        pytest.skip("valgrind is not installed")
+    results = tmp_path / "instructions.json"
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--instructions", "--only", "http-memory", "--redis",
+         "none", "--requests", "40", "--users", "10", "--warmup", "0.1", "--json",
+         str(results)],
+        check=False, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "| server instructions/decision |" in out.stdout
+    data = json.loads(results.read_text())
+    assert data["env"]["measure"] == "callgrind instructions"
+    got = {r["scenario"]: r for r in data["results"]}
+    assert set(got) == {"http-memory", "http-floor"}
+    for name, r in got.items():
+        assert r["decisions"] == 40 and r["errors"] == 0, (name, r)
+        # a served request is far more than the 10k instructions of a bare syscall loop
+        assert r["instructions_per_decision"] > 10_000, (name, r)
+    assert got["http-memory"]["x_floor"] == (got["http-memory"]["instructions_per_decision"]
+                                             / got["http-floor"]["instructions_per_decision"])
