@@ -627,10 +627,11 @@ class _Pipe:
     another pipe after its next round trip that works."""
 
     __slots__ = ("_give_back", "_moving", "_on_broken", "_on_error", "_reader", "_timer",
-                 "broken", "conn", "loop", "pending", "retiring", "timeout", "writer")
+                 "broken", "conn", "loop", "orphaned", "pending", "retiring", "timeout",
+                 "writer")
 
     def __init__(self, conn: Any, loop: asyncio.AbstractEventLoop, timeout: float | None, *,
-                 on_broken: Callable[[_Pipe], None], give_back: Callable[[Any], None],
+                 on_broken: Callable[[_Pipe], None], give_back: Callable[[_Pipe], None],
                  on_error: Callable[[_Call, asyncio.Future[Any], Exception, float], None]
                  ) -> None:
         self.conn, self.loop, self.timeout = conn, loop, timeout
@@ -640,6 +641,8 @@ class _Pipe:
         self.pending: deque[tuple[asyncio.Future[Any], float, _Call]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self.broken = self.retiring = False
+        #: Its connection is no longer its to give back (its loop closed under its reader).
+        self.orphaned = False
         #: redis-py 8 marks a connection to move (a maintenance notification): see `usable`.
         self._moving: Callable[[], bool] | None = getattr(conn, "should_reconnect", None)
         self._reader = loop.create_task(self._read())
@@ -703,8 +706,9 @@ class _Pipe:
             self.fail(e)
         finally:
             # (here, once nothing reads from it: given back only when it can be used again)
-            await _close_quietly(conn)
-            self._give_back(conn)
+            if not self.orphaned:
+                await _close_quietly(conn)
+                self._give_back(self)
 
     def _check(self) -> None:
         """Calls past their deadline fail, and the pipe retires; once no call is left
@@ -840,6 +844,8 @@ class AsyncRedisStore(_RedisCore):
         #: once a round trip has worked; and whether one is being opened.
         self._pipe: _Pipe | None = None
         self._opening = False
+        #: Every pipe whose reader has not given its connection back (retiring ones too).
+        self._open_pipes: set[_Pipe] = set()
         self._pipes = self._wire is not None  # (False: this store's connections cannot)
         #: This loop iteration's error replies from the pipe (its loop, and each call, its
         #: caller's future, the error and the call's deadline), sent again together.
@@ -1002,9 +1008,8 @@ class AsyncRedisStore(_RedisCore):
 
     def _flush_errors(self, errors: tuple[asyncio.AbstractEventLoop, list[_ErrorReply]]
                       ) -> None:
-        if self._errors is not errors:  # (`aclose` answered them)
-            return
-        self._errors = None
+        if self._errors is errors:  # (`aclose` may have answered them: see `_send_again`)
+            self._errors = None
         loop, entries = errors
         batch = [(c, f) for c, f, _, _ in entries]
         task = loop.create_task(self._send_again(entries))
@@ -1017,23 +1022,26 @@ class AsyncRedisStore(_RedisCore):
         batch = [(c, f) for c, f, _, _ in live]
         if not live:
             return
+        if self.timeout is not None:  # what is left of the first call's deadline (as a
+            left = live[0][3] - asyncio.get_running_loop().time()  # batch's resend)
+            if left <= 0:  # (not sent: a resend would be cut off as it went)
+                self._settle(batch, None, asyncio.TimeoutError(
+                    f"no reply within {self.timeout:g} s"))
+                return
         again = self._replied([c for c, _, _, _ in live], [e for _, _, e, _ in live])
-        try:
-            if self.timeout is None:
-                results = await again
-            else:  # what is left of the first call's deadline (as a batch's resend)
-                left = live[0][3] - asyncio.get_running_loop().time()
-                results = await self._deadlines.bound(again, max(left, 0.0))
-        except BaseException as e:  # every waiter gets the failure
-            self._settle(batch, None, e)
-            if not isinstance(e, Exception):
-                raise
-            return
-        self._settle(batch, results)
+        if self.timeout is not None:
+            again = self._deadlines.bound(again, left)
+        await self._answer(batch, again)
 
     def _pipe_broken(self, pipe: _Pipe) -> None:
         if self._pipe is pipe:
             self._pipe = None
+
+    def _pipe_done(self, pipe: _Pipe) -> None:
+        """`pipe`'s reader has stopped: its connection, closed, is the wire's again."""
+        self._open_pipes.discard(pipe)
+        assert self._wire is not None
+        self._wire._idle_again(pipe.conn)
 
     async def _open_pipe(self) -> None:
         """Open the pipe (`_Pipe`) on a connection of the wire's, after a round trip that
@@ -1042,7 +1050,9 @@ class AsyncRedisStore(_RedisCore):
         assert wire is not None
         if old is not None:  # another loop's
             self._pipe = None
-            await self._drop_pipe(old)
+        for other in list(self._open_pipes):  # (retiring ones, too)
+            if other.loop is not asyncio.get_running_loop():
+                await self._drop_pipe(other)
         try:
             # (the connection the round trip just gave back, usually: none is opened)
             conn = await self._bounded(wire._take())
@@ -1068,9 +1078,10 @@ class AsyncRedisStore(_RedisCore):
                 self._pipes = False
             wire._idle_again(conn)
             return
-        self._pipe = _Pipe(conn, asyncio.get_running_loop(), self.timeout,
-                           on_broken=self._pipe_broken, give_back=wire._idle_again,
-                           on_error=self._error_reply)
+        self._pipe = pipe = _Pipe(conn, asyncio.get_running_loop(), self.timeout,
+                                  on_broken=self._pipe_broken, give_back=self._pipe_done,
+                                  on_error=self._error_reply)
+        self._open_pipes.add(pipe)
 
     def _opened(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -1083,10 +1094,15 @@ class AsyncRedisStore(_RedisCore):
         if pipe.loop is asyncio.get_running_loop():
             await pipe.close()
         elif pipe.loop.is_closed():
+            # Its reader may still run its cleanup when it is collected, on this
+            # connection: the connection is left to it, and the pool stops counting it
+            # (found by review: given back, it had two owners, one round trip each).
             pipe.fail(StoreUnavailable("its event loop is closed"))
-            await _close_quietly(pipe.conn)
-            assert self._wire is not None
-            await self._wire._pool.release(pipe.conn)
+            pipe.orphaned = True
+            self._open_pipes.discard(pipe)
+            in_use = getattr(getattr(self._wire, "_pool", None), "_in_use_connections", None)
+            if in_use is not None:
+                in_use.discard(pipe.conn)
 
     def _sent(self, calls: list[tuple[_Call, asyncio.Future[Any]]],
               task: asyncio.Task[None]) -> None:
@@ -1108,17 +1124,10 @@ class AsyncRedisStore(_RedisCore):
         batch = [entry for entry in batch if not entry[1].done()]
         if not batch:
             return
-        try:
-            if len(batch) == 1:
-                results = [await self._bounded(self._send_one(batch[0][0]))]
-            else:
-                results = await self._bounded(self._scripts([c for c, _ in batch]))
-        except BaseException as e:  # every waiter gets the failure
-            self._settle(batch, None, e)
-            if not isinstance(e, Exception):
-                raise
+        sent = self._listed(self._bounded(self._send_one(batch[0][0]))) if len(batch) == 1 \
+            else self._bounded(self._scripts([c for c, _ in batch]))
+        if not await self._answer(batch, sent):
             return
-        self._settle(batch, results)
         pipe = self._pipe
         if self._pipes and not self._opening and (
                 pipe is None or pipe.loop is not asyncio.get_running_loop()):
@@ -1127,6 +1136,24 @@ class AsyncRedisStore(_RedisCore):
             task = asyncio.get_running_loop().create_task(self._open_pipe())
             self._tasks.add(task)
             task.add_done_callback(self._opened)
+
+    async def _answer(self, batch: list[tuple[_Call, asyncio.Future[Any]]],
+                      replies: Awaitable[list[Any]]) -> bool:
+        """Answer the callers of `batch` with `replies` (its round trip), or every one with
+        its failure (False)."""
+        try:
+            results = await replies
+        except BaseException as e:  # every waiter gets the failure
+            self._settle(batch, None, e)
+            if not isinstance(e, Exception):
+                raise
+            return False
+        self._settle(batch, results)
+        return True
+
+    @staticmethod
+    async def _listed(reply: Awaitable[Any]) -> list[Any]:
+        return [await reply]
 
     @staticmethod
     def _settle(batch: list[tuple[_Call, asyncio.Future[Any]]], results: list[Any] | None,
@@ -1308,8 +1335,8 @@ class AsyncRedisStore(_RedisCore):
         errors, self._errors = self._errors, None
         if errors is not None and not errors[0].is_closed():
             self._unsent([(c, f) for c, f, _, _ in errors[1]])
-        pipe, self._pipe = self._pipe, None
-        if pipe is not None:
+        self._pipe = None
+        for pipe in list(self._open_pipes):  # (retiring ones, too)
             await self._drop_pipe(pipe)
         if self._wire is not None:  # (the pool cannot close a closed loop's sockets)
             await self._wire.adopt(asyncio.get_running_loop())
