@@ -50,11 +50,12 @@ async def opened_pipe(store: AsyncRedisStore) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def on_a_pipe(server: RedisServer, **options: Any
+async def on_a_pipe(server: RedisServer | StoreTarget, **options: Any
                     ) -> AsyncIterator[tuple[AsyncRedisStore, AsyncLimiter, Any]]:
-    """A store on `server` (`options`), a raising 100/s GCRA limiter at time 0 that has
-    warmed it up (key "warm"), and the pipe that round trip opened; closed after."""
-    store = AsyncRedisStore.from_url(server.url, **{"timeout": FUNCTIONAL_TIMEOUT, **options})
+    """A store on `server` (`open_store`'s, with `options`), a raising 100/s GCRA limiter
+    at time 0 that has warmed it up (key "warm"), and the pipe that round trip opened;
+    closed after."""
+    store = open_store(server, **options)  # type: ignore[arg-type]
     limiter = AsyncLimiter(Limit("gcra", "100/s", burst=100), store, clock=ManualClock(0.0),
                            failure="raise")
     try:
@@ -634,11 +635,7 @@ async def test_calls_one_per_loop_iteration_are_pipelined_on_one_connection(
     # grpc.aio hands the service one call per loop iteration: each batch is one call. After
     # the first round trip, batches are written on the pipe (`_Pipe`) as they are flushed:
     # no task, no connection taken per batch, none opened; each reply to its own caller.
-    async with open_store(standalone, client_clock=True) as store:
-        limiter = AsyncLimiter(Limit("gcra", "100/s", burst=100), store,
-                               clock=ManualClock(0.0), failure="raise")
-        await limiter.hit("warm")
-        await opened_pipe(store)
+    async with on_a_pipe(standalone, client_clock=True) as (store, limiter, _):
         connections = standalone.admin.info("stats")["total_connections_received"]
         calls = store.stats.calls
         callers = []
@@ -658,11 +655,7 @@ async def test_a_pipeline_on_the_pipe_hands_each_reply_to_its_caller(
         standalone: StoreTarget) -> None:
     # A batch of several calls (HTTP's) on the pipe: one write, counted as one pipeline;
     # error replies (NOSCRIPT after a SCRIPT FLUSH) are sent again for their callers alone.
-    async with open_store(standalone, client_clock=True) as store:
-        limiter = AsyncLimiter(Limit("gcra", "100/s", burst=100), store,
-                               clock=ManualClock(0.0), failure="raise")
-        await limiter.hit("warm")
-        await opened_pipe(store)
+    async with on_a_pipe(standalone, client_clock=True) as (store, limiter, _):
         pipelines = store.stats.pipelines
         got = await asyncio.gather(*(limiter.hit(f"p{i % 3}") for i in range(9)))
         assert [d.remaining for d in got] == [99.0 - i // 3 for i in range(9)]
