@@ -395,6 +395,11 @@ class RedisStore(_RedisCore):
 # -----------------------------------------------------------------------------------------
 
 
+def _no_reply(timeout: float | None) -> asyncio.TimeoutError:
+    """The error of a round trip past its deadline, `timeout` seconds after it was sent."""
+    return asyncio.TimeoutError(f"no reply within {timeout:g} s")
+
+
 class _Deadlines:
     """Bounds every round trip of an asyncio store to `timeout` seconds with one event-loop
     timer for all of them, where ``asyncio.timeout`` schedules and cancels one per round
@@ -451,7 +456,7 @@ class _Deadlines:
             self._expired.discard(token)
             if sys.version_info >= (3, 11) and task.uncancel() > cancelling:
                 raise  # cancelled from outside too
-            raise asyncio.TimeoutError(f"no reply within {timeout:g} s") from None
+            raise _no_reply(timeout) from None
         finally:
             self._inflight.pop(token, None)
             if not self._inflight:  # nothing in flight: any order starts afresh
@@ -612,8 +617,9 @@ class _Pipe:
     it was NOSCRIPT or a missing library, or raises it).
 
     grpc.aio hands the service one call per loop iteration, so its batches are of one call:
-    a task, a connection taken and a deadline per call cost more than the decision (~40k
-    instructions of the ~495k a served gRPC + Redis decision took, callgrind).
+    a task, a connection taken and a deadline per call cost more than the decision: a
+    served gRPC + Redis decision took 494k instructions with them, 443k on a pipe
+    (callgrind, `bench/bench_service.py --instructions`).
 
     It breaks -- every call waiting fails with the error; its reader closes the socket and
     gives the connection back to the wire's idle ones (it connects again when next used) --
@@ -724,7 +730,7 @@ class _Pipe:
                 soonest = deadline
                 break
             # (left in place, done: its reply, if it comes, is read and dropped in turn)
-            future.set_exception(asyncio.TimeoutError(f"no reply within {self.timeout:g} s"))
+            future.set_exception(_no_reply(self.timeout))
             expired = True
         if expired and not self.retiring:
             self.retiring = True
@@ -1025,8 +1031,7 @@ class AsyncRedisStore(_RedisCore):
         if self.timeout is not None:  # what is left of the first call's deadline (as a
             left = live[0][3] - asyncio.get_running_loop().time()  # batch's resend)
             if left <= 0:  # (not sent: a resend would be cut off as it went)
-                self._settle(batch, None, asyncio.TimeoutError(
-                    f"no reply within {self.timeout:g} s"))
+                self._settle(batch, None, _no_reply(self.timeout))
                 return
         again = self._replied([c for c, _, _, _ in live], [e for _, _, e, _ in live])
         if self.timeout is not None:
@@ -1046,10 +1051,9 @@ class AsyncRedisStore(_RedisCore):
     async def _open_pipe(self) -> None:
         """Open the pipe (`_Pipe`) on a connection of the wire's, after a round trip that
         worked; if that fails, the next one tries again."""
-        wire, old = self._wire, self._pipe
+        wire = self._wire
         assert wire is not None
-        if old is not None:  # another loop's
-            self._pipe = None
+        self._pipe = None  # (None, or another loop's)
         for other in list(self._open_pipes):  # (retiring ones, too)
             if other.loop is not asyncio.get_running_loop():
                 await self._drop_pipe(other)
@@ -1088,9 +1092,9 @@ class AsyncRedisStore(_RedisCore):
         self._opening = False  # (also when cancelled before its first step: `aclose`)
 
     async def _drop_pipe(self, pipe: _Pipe) -> None:
-        """`aclose`, or a pipe of another loop: closed on this one's, or if its loop is
-        closed, its connection given back to the pool (as `_Wire.adopt` gives idle ones);
-        one on a loop that is neither gives its connection back when that loop runs on."""
+        """`aclose`, or a pipe of another loop: closed on this one's; on a closed loop,
+        broken and its connection left to its reader (below); one on a loop that is
+        neither gives its connection back when that loop runs on."""
         if pipe.loop is asyncio.get_running_loop():
             await pipe.close()
         elif pipe.loop.is_closed():
