@@ -87,7 +87,7 @@ limits = [
 """
 CLI = [sys.executable, "-c", "import sys; from ratekeeper.cli import main; sys.exit(main())"]
 #: With ``--instructions``: the command every server runs under (callgrind, counting off
-#: until `Counted.count` turns it on), and where its counts go.
+#: until `Service.count` turns it on for the measured requests).
 VALGRIND: list[str] = []
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
