@@ -63,6 +63,7 @@ def twin(module: str, source: Path) -> ModuleType | None:
 MODULES = (
     "ratekeeper._memo",
     "ratekeeper.core",
+    "ratekeeper.http.headers",
     "ratekeeper.stores.memory",
     "ratekeeper.stores.redis._breaker",
     "ratekeeper.stores.redis._client",

@@ -397,8 +397,13 @@ def charged(store: Any, checks: list[Check], decisions: list[Decision], at: floa
     failing, and the `Ticket` of a charged, admitted request (None: nothing to refund)."""
     if failure.failing:
         failure.recovered()
-    admitted = consume and all(d.allowed for d in decisions)
-    return Ticket(store, checks, at) if admitted else None
+    if not consume:
+        return None
+    for d in decisions:
+        if not d.allowed:
+            return None
+    # As Ticket(store, checks, at), without a NamedTuple's generated __new__ (interpreted).
+    return tuple.__new__(Ticket, (store, checks, at))
 
 
 def hit(store: Any, checks: list[Check], now: float, failure: Failure, *,

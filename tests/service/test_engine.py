@@ -591,3 +591,23 @@ def test_the_watch_sees_an_edit_inside_a_yaml_config_directory(tmp_path: Path) -
     assert conf.stat().st_mtime_ns == dir_mtime
     clock.set(1.0)
     assert watch.tick() and holder().generation == 2
+
+
+def test_the_ticket_of_a_charged_admitted_check_is_a_ticket_and_none_otherwise() -> None:
+    # core.charged builds its Ticket without the NamedTuple's constructor (the hot path's
+    # every admitted decision makes one): it must still be a Ticket, field for field.
+    from ratekeeper import core  # noqa: PLC0415
+
+    store = MemoryStore()
+    lim = Limit("fixed-window", "1/s", name="t")
+    checks: list[Check] = [(lim, "k", 1.0)]
+    failure = core.Failure("open")
+    admitted, at = store.decide(checks, 0.0)
+    ticket = core.charged(store, checks, admitted, at, failure=failure)
+    assert type(ticket) is core.Ticket
+    assert ticket == core.Ticket(store, checks, at)
+    assert (ticket.store, ticket.checks, ticket.at) == (store, checks, at)
+    rejected, at = store.decide(checks, 0.0)
+    assert not rejected[0].allowed
+    assert core.charged(store, checks, rejected, at, failure=failure) is None
+    assert core.charged(store, checks, admitted, at, failure=failure, consume=False) is None

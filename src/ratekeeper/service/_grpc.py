@@ -308,6 +308,9 @@ class RateLimitServicer:
     def __init__(self, service: Service, limit_headers: LimitHeaders | None = None) -> None:
         self.service = service
         self.limit_headers = limit_headers
+        # Held here too: read on every call (a Service keeps its engine and stats for life).
+        self._engine = service.engine
+        self._request_done = service.stats.request
 
     async def ShouldRateLimit(  # noqa: N802 (the protocol's method name)
         self, request: bytes, context: Any
@@ -318,7 +321,7 @@ class RateLimitServicer:
         result = "error"
         try:
             domain, descriptors, hits = parse_cached(request)
-            engine = self.service.engine
+            engine = self._engine
             res = await engine.check(domain, descriptors, hits)
             result = "ok" if res.known_domain else "unknown_domain"
             return response_bytes(response_parts(res, self.limit_headers, now=engine.clock()))
@@ -332,7 +335,7 @@ class RateLimitServicer:
             log.exception("unhandled error in ShouldRateLimit", extra={"event": "grpc_error"})
             code, detail = grpc.StatusCode.INTERNAL, "the service failed to answer; see its log"
         finally:
-            self.service.stats.request("grpc", result, time.perf_counter() - t0)
+            self._request_done("grpc", result, time.perf_counter() - t0)
         await context.abort(code, detail)
         raise AssertionError("unreachable: context.abort raises")
 
