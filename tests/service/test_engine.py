@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ratekeeper import AsyncLimiter, Limit, StoreUnavailable
+from ratekeeper import AsyncLimiter, Limit, StoreUnavailable, core
 from ratekeeper.core import FailurePolicy
 from ratekeeper.policy._engine import OVERRIDE_CACHE_SIZE
 from ratekeeper.policy._loader import parse_policies_text
@@ -596,8 +596,6 @@ def test_the_watch_sees_an_edit_inside_a_yaml_config_directory(tmp_path: Path) -
 def test_the_ticket_of_a_charged_admitted_check_is_a_ticket_and_none_otherwise() -> None:
     # core.charged builds its Ticket without the NamedTuple's constructor (the hot path's
     # every admitted decision makes one): it must still be a Ticket, field for field.
-    from ratekeeper import core  # noqa: PLC0415
-
     store = MemoryStore()
     lim = Limit("fixed-window", "1/s", name="t")
     checks: list[Check] = [(lim, "k", 1.0)]
