@@ -35,8 +35,10 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
+from .._memo import Memo
 from .._rates import parse_rate
 from .._types import Limit
+from ..http.headers import _ceil_seconds
 from ..policy._engine import (
     UNIT_SECONDS,
     CheckResult,
@@ -47,6 +49,7 @@ from ..policy._engine import (
     UnknownDomain,
     make_descriptor,
 )
+from ..policy._rules import Rule
 from ._service import DEFAULT_MAX_BODY, Remembered, Service, result_headers
 from .proto.envoy.service.ratelimit.v3 import rls_pb2
 from .proto.envoy.type.v3 import ratelimit_unit_pb2
@@ -54,6 +57,7 @@ from .proto.envoy.type.v3 import ratelimit_unit_pb2
 __all__ = [
     "METHOD",
     "SERVICE",
+    "Answers",
     "LimitHeaders",
     "RateLimitServicer",
     "parse_request",
@@ -238,13 +242,18 @@ def response_parts(result: CheckResult, limit_headers: LimitHeaders | None = Non
             # has nothing to reset, but the Go service answers every status the time to
             # its window's end (`unit - now % unit`), and Envoy's reset header shows it.
             reset = lim.period - now % lim.period
-        # Whole seconds, rounded up (a window ending in 29.75 s says 30, as the Go service's
-        # whole-second arithmetic); the tolerance absorbs float noise (3600.0000000001).
-        statuses.append((code, current, remaining, max(0, math.ceil(reset - 1e-6))))
+        statuses.append((code, current, remaining, _reset_seconds(reset)))
     parts = tuple(statuses)
     headers = tuple(result_headers(result)) if limit_headers is None \
         else limit_headers.pick(parts)
     return _OK if result.allowed else _OVER_LIMIT, parts, headers
+
+
+def _reset_seconds(reset: float) -> int:
+    """``duration_until_reset`` of a status: whole seconds, rounded up (a window ending in
+    29.75 s says 30, as the Go service's whole-second arithmetic); the tolerance absorbs
+    float noise (3600.0000000001 says 3600)."""
+    return max(0, math.ceil(reset - 1e-6))
 
 
 def _window_end(period: int, now: float | None) -> int:
@@ -302,6 +311,52 @@ def _label(s: DescriptorStatus, lim: Limit) -> str:
     return ""
 
 
+#: What an admitted one-status answer depends on: the ids of its limit and rule, its
+#: remaining count (``int``), its status's and its RateLimit field's reset seconds.
+AnswerKey = tuple[int, int, int, int, int]
+
+
+class Answers:
+    """The serialized RateLimitResponse for a check result (`response_bytes` of
+    `response_parts`), with the common answer remembered by what it depends on: one
+    descriptor admitted by an enforced limit. Its bytes are a function of the deciding limit,
+    the rule (its name for the limit, the limits its RateLimit-Policy lists), the remaining
+    count and the two reset roundings: `AnswerKey`. Every other result (a rejection, shadow
+    mode, several descriptors, legacy headers, a reset to work out from the clock) is built
+    by `response_parts` each time. One per servicer: `limit_headers` is fixed for its life."""
+
+    __slots__ = ("_get", "_memo", "limit_headers")
+
+    def __init__(self, limit_headers: LimitHeaders | None = None, *,
+                 size: int = 10_000) -> None:
+        self.limit_headers = limit_headers
+        # Each entry holds its limit and rule, so the ids in its key stay theirs.
+        self._memo: Memo[AnswerKey, tuple[Limit, Rule, bytes]] = Memo(size)
+        self._get = self._memo.get
+
+    def __call__(self, result: CheckResult, now: float) -> bytes:
+        statuses = result.statuses
+        if len(statuses) == 1 and not result.legacy_headers:
+            s = statuses[0]
+            d = s.decision
+            if s.outcome == "allowed" and d is not None and d is result.decision:
+                lim, rule, reset = d.limit, s.rule, d.reset_after
+                # (reset <= 0 of a fixed window is worked out from `now`; inf is capped)
+                if lim is not None and rule is not None and 0.0 < reset < 1e9:
+                    key = (id(lim), id(rule), int(d.remaining), _reset_seconds(reset),
+                           _ceil_seconds(reset))
+                    got = self._get(key)
+                    if got is not None and got[0] is lim and got[1] is rule:
+                        return got[2]
+                    data = response_bytes(response_parts(result, self.limit_headers, now=now))
+                    self._memo.put(key, (lim, rule, data))
+                    return data
+        return response_bytes(response_parts(result, self.limit_headers, now=now))
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+
 class RateLimitServicer:
     """The ``RateLimitService`` implementation, on grpc.aio."""
 
@@ -311,12 +366,13 @@ class RateLimitServicer:
         # Held here too: read on every call (a Service keeps its engine and stats for life).
         self._engine = service.engine
         self._request_done = service.stats.request
+        self._answer = Answers(limit_headers)
 
     async def ShouldRateLimit(  # noqa: N802 (the protocol's method name)
         self, request: bytes, context: Any
     ) -> bytes:
         """One call, on the message's bytes (grpc passes them through): remembered parses
-        and answers (`parse_cached`, `response_bytes`) skip most protobuf work."""
+        and answers (`parse_cached`, `Answers`) skip most protobuf work."""
         t0 = time.perf_counter()
         result = "error"
         try:
@@ -324,7 +380,7 @@ class RateLimitServicer:
             engine = self._engine
             res = await engine.check(domain, descriptors, hits)
             result = "ok" if res.known_domain else "unknown_domain"
-            return response_bytes(response_parts(res, self.limit_headers, now=engine.clock()))
+            return self._answer(res, engine.clock())
         except UnknownDomain as e:
             result = "unknown_domain"
             code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(e)
