@@ -53,6 +53,11 @@ class _Call(NamedTuple):
     command: str = ""
 
 
+#: ``new_call(_Call, (script, keys, args, command))``: a `_Call` in one C call, for the hot
+#: paths (as `new_decision`: a NamedTuple's own ``__new__`` is Python-level). Every field
+#: must be given.
+new_call = tuple.__new__
+
 _Plan = Generator[_Call, Any, T]
 #: What a driver learned from one call: (True, reply) or (False, the StoreError).
 _Outcome = tuple[bool, Any]
@@ -343,11 +348,11 @@ class _RedisCore:
             e = params.get(id(limit))
             if e is None or e[0] is not limit:
                 e = encoded(limit)
-            keys.append(prefix + "{" + (_encode_key(key) if "%" in key or "}" in key else key)
-                        + "}" + e[3])
+            k = _encode_key(key) if "%" in key or "}" in key else key
+            keys.append(f"{prefix}{{{k}}}{e[3]}")  # (one string built, not four)
             algo_id, p1, p2, p3 = e[1]
             args += (algo_id, "1" if cost == 1 else repr(cost), p1, p2, p3)
-        return _Call(CHECK, keys, args)
+        return new_call(_Call, (CHECK, keys, args, ""))
 
     def _refund_call(self, checks: Sequence[Check], now_arg: str, at: float) -> _Call:
         keys = [self.state_key(limit, key) for limit, key, _ in checks]
@@ -399,28 +404,30 @@ class _RedisCore:
     def _parse_check(
         self, reply: Any, checks: Sequence[Check]
     ) -> tuple[list[Decision], float, bool]:
-        n = len(checks)
-        if reply.__class__ is not list or len(reply) != 2 + 5 * n:
+        # type(x), not x.__class__: compiled, type() reads the object's type, where an
+        # attribute is looked up (this runs on every composite decision)
+        if type(reply) is not list or len(reply) != 2 + 5 * len(checks):
             raise _bad_reply("the check script", reply)
         admitted = reply[1]
         out: list[Decision] = []
         try:
             now = reply[0]  # whole microseconds (server clock), or the caller's text
-            now = now / 1e6 if now.__class__ is int else float(now)
+            now = now / 1e6 if type(now) is int else float(now)
             check = now
-            for i in range(n):
-                # (unpacked from a name: Cython 3.3 crashes unpacking a slice in place)
-                fields = reply[2 + 5 * i: 7 + 5 * i]
-                allowed, remaining, retry, reset, delay = fields
-                if allowed not in (0, 1) or remaining.__class__ is not int or remaining < 0 \
-                        or reset.__class__ not in _TEXT or delay.__class__ not in _TEXT:
+            i = 2  # each check's five fields, read in place (no slice of them)
+            for limit, _, _ in checks:
+                allowed, remaining, retry = reply[i], reply[i + 1], reply[i + 2]
+                reset, delay = reply[i + 3], reply[i + 4]
+                i += 5
+                if allowed not in (0, 1) or type(remaining) is not int or remaining < 0 \
+                        or type(reset) not in _TEXT or type(delay) not in _TEXT:
                     break
                 retry_after = None if retry is None else float(retry)
                 reset_after, wait = float(reset), float(delay)
                 check += reset_after + wait + (retry_after or 0.0)
                 # one C call, not Decision's Python-level __new__ (see `new_decision`)
                 out.append(new_decision(Decision, (allowed == 1, remaining, retry_after,
-                                                   reset_after, wait, checks[i][0], False)))
+                                                   reset_after, wait, limit, False)))
             else:
                 if admitted in (0, 1) and math.isfinite(check):
                     return out, now, admitted == 1

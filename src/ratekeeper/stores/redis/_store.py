@@ -49,6 +49,7 @@ from ._core import (
     _Plan,
     _RedisCore,
     _suffix,
+    new_call,
 )
 
 if TYPE_CHECKING:
@@ -1272,8 +1273,8 @@ class AsyncRedisStore(_RedisCore):
                     else [c, *rest]
             else:
                 args = [repr(float(now)) if client_clock else b"", c, min_ms, grace_ms, *params]
-            return parse(await call_server(_Call(script, [head + key + tail], args)),
-                         limit, cost)
+            return parse(await call_server(new_call(_Call, (script, [f"{head}{key}{tail}"],
+                                                             args, ""))), limit, cost)
 
         return decide_one
 
