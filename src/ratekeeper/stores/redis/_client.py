@@ -15,6 +15,7 @@ try:
     import redis
     import redis.asyncio
     import redis.asyncio.cluster
+    import redis.asyncio.retry
     import redis.asyncio.sentinel
     import redis.cluster
     import redis.exceptions as rex
@@ -244,7 +245,9 @@ def async_client(target: _Target, kw: dict[str, Any]
                  ) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
     """`sync_client` for asyncio (redis-py's asyncio cluster client connects lazily), its
     connections packing commands with hiredis where it is installed (`hiredis_packing`)."""
-    kw.setdefault("retry", Retry(NoBackoff(), 1 if target.kind == "cluster" else 0))
+    # redis-py's asyncio Retry (redis 8 warns on a sync one and converts it)
+    kw.setdefault("retry",
+                  redis.asyncio.retry.Retry(NoBackoff(), 1 if target.kind == "cluster" else 0))
     if target.kind == "cluster":
         cluster = redis.asyncio.cluster.RedisCluster.from_url(target.url, **kw)
         # Nodes found later are built from these kwargs; the startup ones already exist.
