@@ -11,15 +11,19 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.test import Client, override_settings
+from django.test import Client, RequestFactory, override_settings
 from django.urls import path
+from django.utils.decorators import method_decorator
+from django.views import View
 
 from ratekeeper import Limit
-from ratekeeper.http import HTTPPolicy
+from ratekeeper.http import ClientIP, HTTPPolicy
 from ratekeeper.http.django import exempt, ratelimit
 from ratekeeper.stores import MemoryStore
 from ratekeeper.testing import ManualClock
+from tests.http.conftest import DownStore
 from tests.http.test_decorators_fastapi import POLICIES
 
 pytestmark = pytest.mark.usefixtures("django_configured")
@@ -230,3 +234,84 @@ def test_django_ratelimit_rate_syntax_and_keys() -> None:
         ratelimit(key="ip")
     with pytest.raises(ValueError, match="'ip', 'user'"):
         ratelimit(key="cookie", rate="1/s")(ok)
+
+
+# -- issue 29: django-ratelimit's idioms ----------------------------------------------------
+
+class Article(View):
+    """django-ratelimit's class-based-view idiom: ``@method_decorator(ratelimit(...))``."""
+
+    @method_decorator(ratelimit(group="article", rate="1/m", mode="replace"))
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("article")
+
+
+@method_decorator(ratelimit(group="board", rate="2/m", mode="replace"), name="dispatch")
+class Board(View):
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("board")
+
+
+urlpatterns += [path("article", Article.as_view()), path("board", Board.as_view())]
+
+
+def test_django_method_decorator_on_a_class_based_view_is_enforced_with_the_middleware(
+        configure: Any) -> None:
+    c = configure(policy=DEFAULT)
+    article = [c.get("/article") for _ in range(2)]
+    assert [r.status_code for r in article] == [200, 429]
+    assert article[0]["RateLimit-Policy"] == '"article:1/m";q=1;w=60'  # replace: alone
+    assert codes(c, 3, "/board") == [200, 200, 429]  # decorated dispatch, too
+
+
+def test_django_request_limited_is_set_when_the_method_is_not_covered(
+        configure: Any) -> None:
+    for middleware in (None, [AUTH]):  # with the middleware, and the decorator alone
+        c = configure(middleware=middleware, policy=[], store=MemoryStore())
+        got = [json.loads(c.get("/posts").content) for _ in range(2)]
+        assert got == [{"limited": False}] * 2
+
+
+def test_django_decorator_alone_honours_failure_closed(configure: Any) -> None:
+    c = configure(middleware=[AUTH], store=DownStore(), failure="closed")
+    r = c.get("/search")  # was admitted: the decorator alone always failed open
+    assert r.status_code == 429 and r["X-RateLimit-Degraded"] == "closed"
+
+
+def test_django_decorator_alone_believes_the_policys_trusted_proxies(configure: Any) -> None:
+    policy = HTTPPolicy(client_ip=ClientIP(trusted_proxies=["10.0.0.0/8"]))
+    configure(middleware=[AUTH], policy=policy)
+    proxy = Client(REMOTE_ADDR="10.0.0.1")
+    ann = {"X-Forwarded-For": "198.51.100.1"}
+    bob = {"X-Forwarded-For": "198.51.100.2"}
+    assert codes(proxy, 3, "/search", headers=ann) == [200, 200, 429]
+    assert codes(proxy, 2, "/search", headers=bob) == [200, 200]  # bob's own quota
+
+
+def test_django_empty_remote_addr_is_refused_naming_the_setting(configure: Any) -> None:
+    for middleware in (None, [AUTH]):
+        configure(middleware=middleware, policy=DEFAULT)
+        with pytest.raises(ImproperlyConfigured, match=r"REMOTE_ADDR.*trusted_proxies"):
+            Client(REMOTE_ADDR="").get("/search")
+
+
+def test_django_empty_remote_addr_with_unix_trusted_reads_the_forwarding_header(
+        configure: Any) -> None:
+    configure(policy=HTTPPolicy(limits=DEFAULT, client_ip=ClientIP(trusted_proxies=["unix"])))
+    c = Client(REMOTE_ADDR="")
+    assert codes(c, 3, "/search", headers={"X-Forwarded-For": "198.51.100.1"}) \
+        == [200, 200, 429]
+    assert codes(c, 1, "/search", headers={"X-Forwarded-For": "198.51.100.2"}) == [200]
+
+
+def test_django_decorator_alone_passes_a_view_result_that_is_not_a_response_through(
+        configure: Any) -> None:
+    configure(middleware=[])
+
+    @ratelimit(group="plain", rate="2/m", block=False)
+    def view(request: HttpRequest) -> object:
+        return {"limited": request.limited}
+
+    rf = RequestFactory(REMOTE_ADDR="203.0.113.7")
+    assert [view(rf.get("/")) for _ in range(3)] == [
+        {"limited": False}, {"limited": False}, {"limited": True}]

@@ -53,13 +53,19 @@ key, method, block, mode and cost).
 With `RateLimitMiddleware` installed, it decides in ``process_view``, where the view and its
 decorator are known: the policy's limits and the view's are one decision, all-or-nothing
 (``mode="add"``), or the view's alone (``"replace"``); requests that reach no view (404s)
-are decided with the defaults after routing. Without the middleware a decorated view is
-limited by its decorator alone, on ``settings.RATEKEEPER["store"]`` (and its clock) or an
-in-process `MemoryStore`.
+are decided with the defaults after routing. A class-based view's limits are found on
+the handler the method reaches (``@method_decorator(ratelimit(...))`` on ``get`` or
+``dispatch``). Without the middleware a decorated view is limited by its decorator alone:
+``settings.RATEKEEPER`` still gives its store (else an in-process `MemoryStore`), clock,
+``failure`` and the policy's client address (`ClientIP`: trusted proxies, prefixes), but
+not the policy's limits. ``request.limited`` is set on every call of a decorated view. An
+empty ``REMOTE_ADDR`` (a Unix socket) is ImproperlyConfigured unless ``ClientIP`` trusts
+``"unix"``: otherwise every client would share one key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -68,7 +74,11 @@ from typing import Any, TypeVar
 try:
     from django.conf import settings  # type: ignore[import-untyped]
     from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped]
-    from django.http import HttpRequest, HttpResponse  # type: ignore[import-untyped]
+    from django.http import (  # type: ignore[import-untyped]
+        HttpRequest,
+        HttpResponse,
+        HttpResponseBase,
+    )
     from django.utils.module_loading import import_string  # type: ignore[import-untyped]
 except ImportError as e:  # pragma: no cover - exercised in a subprocess
     raise ImportError(
@@ -80,7 +90,7 @@ from ..core import run
 from ..policy._request import KeyFunc, RequestInfo
 from ..stores import Store
 from ._decorators import Mode, Spec, header_key, make_limits
-from ._policy import Outcome, RouteLimits, _Adapter
+from ._policy import HTTPPolicy, Outcome, RouteLimits, _Adapter
 from .wsgi import SYNC, Sleep
 
 __all__ = ["ALL", "UNSAFE", "RateLimitMiddleware", "django_user", "exempt", "ratelimit"]
@@ -108,8 +118,16 @@ def _resolve(value: object) -> Any:
     return value
 
 
-def _info(request: HttpRequest) -> RequestInfo:
+def _info(adapter: _Adapter[Store, Sleep], request: HttpRequest) -> RequestInfo:
     info = RequestInfo.from_wsgi(request.META)
+    if info.peer is None and adapter.policy is not None \
+            and not adapter.policy.client_ip._trust_unix:
+        # gunicorn or uwsgi on a Unix socket: every client would share one key, silently.
+        raise ImproperlyConfigured(
+            "REMOTE_ADDR is empty (the app server listens on a Unix socket behind a "
+            "reverse proxy?), so every client would count as one; believe the proxy's "
+            "X-Forwarded-For with settings.RATEKEEPER = {'policy': HTTPPolicy(..., "
+            "client_ip=ClientIP(trusted_proxies=['unix']))}")
     info.path = request.path
     info.native = request
     return info
@@ -122,7 +140,9 @@ def _rejection(out: Outcome) -> HttpResponse:
     return response
 
 
-def _add_headers(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+def _add_headers(request: HttpRequest, response: Any) -> Any:
+    if not isinstance(response, HttpResponseBase):
+        return response  # not a response (a view called as a function): nothing to write to
     for name, value in getattr(request, "_ratekeeper_headers", ()):
         response[name] = value
     return response
@@ -134,9 +154,9 @@ def _decide(adapter: _Adapter[Store, Sleep], request: HttpRequest,
     method is one they cover): a rejection to send, or None (go on to the view)."""
     request._ratekeeper_decided = True
     route = None if view is None else view.route_for(request.method or "GET")
-    out = run(adapter.engine.handle(_info(request), route))
-    if route is not None:
-        request.limited = out is not None and out.action == "reject"
+    out = run(adapter.engine.handle(_info(adapter, request), route))
+    if view is not None:  # django-ratelimit sets it whenever a decorated view is called
+        request.limited = route is not None and out is not None and out.action == "reject"
     if out is None:  # not limited
         return None
     if out.action == "reject":
@@ -197,7 +217,27 @@ class RateLimitMiddleware(_Adapter[Store, Sleep]):
     def process_view(self, request: HttpRequest, view_func: Callable[..., Any],
                      view_args: Any, view_kwargs: Any) -> HttpResponse | None:
         """Decide here, where the view (and so its decorator limits) is known."""
-        return _decide(self, request, getattr(view_func, "_ratekeeper_view", None))
+        view = _view_of(view_func, request.method or "GET")
+        request._ratekeeper_entry = view  # its wrapper does not decide again
+        return _decide(self, request, view)
+
+
+def _view_of(view_func: Callable[..., Any], method: str) -> _View | None:
+    """`view_func`'s decorator limits; for a class-based view's ``as_view()``, those of
+    the handler `method` reaches (``@method_decorator(ratelimit(...))`` on ``get``,
+    ``post``, ... or ``dispatch``)."""
+    view: _View | None = getattr(view_func, "_ratekeeper_view", None)
+    cls = getattr(view_func, "view_class", None)
+    if view is not None or cls is None:
+        return view
+    name = method.lower()
+    if name == "head" and not hasattr(cls, "head"):
+        name = "get"  # View.setup's fallback
+    for attr in (name, "dispatch"):
+        found = getattr(getattr(cls, attr, None), "_ratekeeper_view", None)
+        if isinstance(found, _View):
+            return found
+    return None
 
 
 # -- @ratelimit -----------------------------------------------------------------------------
@@ -286,8 +326,9 @@ def ratelimit(group: str | None = None, key: str | Callable[[str, HttpRequest], 
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            if not getattr(request, "_ratekeeper_decided", False):
-                # No RateLimitMiddleware decided this request: the decorator alone does.
+            if getattr(request, "_ratekeeper_entry", None) is not entry:
+                # No RateLimitMiddleware decided this request with these limits (none is
+                # installed, or it saw a view it could not see into): they decide alone.
                 rejected = _decide(_standalone(), request, entry)
                 if rejected is not None:
                     return rejected
@@ -324,12 +365,23 @@ _alone: list[tuple[object, _Alone]] = []  # the one adapter, with the setting it
 
 
 def _standalone() -> _Alone:
-    """The adapter for ``settings.RATEKEEPER``'s store and clock (made again when the
-    setting changes, e.g. under ``override_settings``)."""
+    """The adapter for ``settings.RATEKEEPER`` without its default limits: its store,
+    clock, failure policy and the policy's client address (trusted proxies, prefixes),
+    made again when the setting changes (e.g. under ``override_settings``)."""
     conf = getattr(settings, "RATEKEEPER", None)
     if not _alone or _alone[0][0] is not conf:
         c: Mapping[str, Any] = conf if isinstance(conf, Mapping) else {}
-        _alone[:] = [(conf, _Alone((), store=_resolve(c.get("store")),
-                                   clock=_resolve(c.get("clock")),
-                                   sleep=_resolve(c.get("sleep"))))]
+        policy = _resolve(c.get("policy"))
+        # A Python policy's everything but its limits and routes (those need the
+        # middleware); a policies file's client address is its own rules': the default.
+        alone = dataclasses.replace(policy, limits=(), routes=()) \
+            if isinstance(policy, HTTPPolicy) else HTTPPolicy()
+        failure = {k: c[k] for k in ("failure", "fallback_share") if k in c}
+        try:
+            adapter = _Alone(alone, store=_resolve(c.get("store")),
+                             clock=_resolve(c.get("clock")), sleep=_resolve(c.get("sleep")),
+                             **failure)
+        except (TypeError, ValueError) as e:
+            raise ImproperlyConfigured(f"settings.RATEKEEPER: {e}") from e
+        _alone[:] = [(conf, adapter)]
     return _alone[0][1]
