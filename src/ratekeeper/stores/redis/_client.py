@@ -280,7 +280,7 @@ def hiredis_packing(cls: type[Any]) -> type[Any]:
         return cls
     sub = _HIREDIS_PACKING.get(cls)
     if sub is None:
-        packer = _HiredisRespSerializer()
+        packer = _HiredisRespSerializer()  # type: ignore[no-untyped-call]
         pack = hiredis.pack_command
 
         def pack_command(self: Any, *args: Any) -> list[bytes]:

@@ -179,6 +179,15 @@ def _str(v: Any) -> str:
     return str(v)
 
 
+def _transport_closed(exc: BaseException) -> bool:
+    """Whether `exc` is a write to a transport already closed (a connection the server or
+    the network has just reset): uvloop raises ``RuntimeError: unable to perform operation
+    on <TCPTransport closed=True ...>`` where asyncio's own transports raise an `OSError`
+    (or write nothing). Unavailability, as those are: taken for a server's answer, it was a
+    breaker success that reset the failure count in the middle of an outage."""
+    return type(exc) is RuntimeError and "closed=True" in str(exc) and "ransport" in str(exc)
+
+
 def _bad_reply(what: str, reply: Any) -> StoreError:
     text = repr(reply)
     if len(text) > 200:
@@ -744,7 +753,12 @@ class _RedisCore:
         """A client exception as `StoreUnavailable` (can't be reached) or `StoreError`."""
         if isinstance(exc, StoreError):
             return exc
-        if isinstance(exc, _UNAVAILABLE_TYPES):
+        if isinstance(exc, rex.MaxConnectionsError):  # (a ConnectionError: before them)
+            return StoreUnavailable(
+                f"Redis store {self._describe}: its client's connection pool is full "
+                f"({exc}): more calls at once than its max_connections; give the client a "
+                "larger pool, or let the store coalesce calls (coalesce=True)")
+        if isinstance(exc, _UNAVAILABLE_TYPES) or _transport_closed(exc):
             return StoreUnavailable(f"Redis store {self._describe} unavailable: "
                                     f"{type(exc).__name__}: {exc}")
         msg = str(exc)
@@ -765,7 +779,8 @@ class _RedisCore:
         self.stats.errors += 1
         if isinstance(err, StoreUnavailable):
             self.stats.unavailable += 1
-            breaker.failure()
+            if not isinstance(exc, rex.MaxConnectionsError):  # (the server is not at fault)
+                breaker.failure()
         else:
             breaker.success()  # it answered: reachable
         log.debug("Redis store call failed: %s", err)

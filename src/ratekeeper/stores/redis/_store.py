@@ -510,11 +510,14 @@ class _Wire:
     health-check options (`client_options`), the store uses redis-py's commands instead,
     which apply them (`from_url`)."""
 
-    __slots__ = ("_idle", "_loop", "_packed", "_pool", "keep")
+    __slots__ = ("_idle", "_loop", "_packed", "_pool", "_waiting", "keep")
 
     def __init__(self, pool: Any, keep: int = 16, *, remember: bool = True) -> None:
         self._pool = pool
         self._idle: list[Any] = []
+        #: Round trips waiting for a connection while the pool has none left to give (its
+        #: ``max_connections`` in use): each is handed the next one a round trip is done with.
+        self._waiting: deque[asyncio.Future[Any]] = deque()
         #: The loop the idle connections' sockets are on.
         self._loop: asyncio.AbstractEventLoop | None = None
         self.keep = keep
@@ -543,9 +546,11 @@ class _Wire:
             # Replies may be left unread (redis-py has already closed the socket if a read
             # or a write failed, or was cancelled): a new socket next time.
             await _close_quietly(conn)
-            self._idle.append(conn)
+            self._idle_again(conn)
             raise
-        if len(self._idle) < self.keep:
+        if self._handed_over(conn):
+            pass
+        elif len(self._idle) < self.keep:
             self._idle.append(conn)
         else:
             await self._pool.release(conn)
@@ -589,25 +594,52 @@ class _Wire:
 
     def _idle_again(self, conn: Any) -> None:
         """Take back `conn`, closed (a `_Pipe`'s, when it breaks): opened when next used."""
-        self._idle.append(conn)
+        if not self._handed_over(conn):
+            self._idle.append(conn)
+
+    def _handed_over(self, conn: Any) -> bool:
+        """Whether `conn`, done with, went to a round trip waiting for one (`_take`)."""
+        waiting = self._waiting
+        while waiting:
+            fut = waiting.popleft()
+            if not fut.done():
+                fut.set_result(conn)
+                return True
+        return False
 
     async def adopt(self, loop: asyncio.AbstractEventLoop) -> None:
         """Use `loop` from now on. Another loop's sockets are no use on it (one loop at a
         time: that one is closed, as `asyncio.run` leaves it, and closing them fails but
         forgets them): the pool gets their connections back, to connect again on this one."""
         old, self._loop, self._idle = self._idle, loop, []
+        self._waiting.clear()  # (the closed loop's: gone with it)
         for conn in old:
             await _close_quietly(conn)
             await self._pool.release(conn)
 
     async def _take(self) -> Any:
-        """An idle connection of this loop's, or a new one from the pool."""
+        """An idle connection of this loop's, or a new one from the pool; while the pool has
+        every connection it may make in use, the next one a round trip is done with (within
+        the caller's deadline: `AsyncRedisStore._bounded`). redis-py's asyncio pool raises
+        `MaxConnectionsError` instead of waiting: without coalescing, the 101st concurrent
+        call on a healthy server failed as unavailable, and five opened the breaker."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             await self.adopt(loop)
         if self._idle:
             return self._idle.pop()
-        return await self._pool.get_connection()
+        try:
+            return await self._pool.get_connection()
+        except rex.MaxConnectionsError:
+            pass
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._waiting.append(fut)
+        try:
+            return await fut
+        except BaseException:  # (cancelled: past its deadline, or its caller gone)
+            if fut.done() and not fut.cancelled():  # handed one as it was cancelled
+                self._idle_again(fut.result())
+            raise
 
 
 class _Pipe:

@@ -1,0 +1,95 @@
+"""The asyncio store's edges (issue 28): a full connection pool, a transport closed under
+uvloop, a store used from two running loops, parse-time errors, the packed-command memo."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+
+import redis.asyncio
+import uvloop
+
+from ratekeeper import AsyncLimiter, Limit
+from ratekeeper._errors import StoreUnavailable
+from ratekeeper.stores.redis import AsyncRedisStore
+from ratekeeper.testing import ManualClock
+from tests.integration.conftest import FUNCTIONAL_TIMEOUT
+from tests.servers import RedisServer
+
+
+def open_store(server: RedisServer, **options: object) -> AsyncRedisStore:
+    options.setdefault("timeout", FUNCTIONAL_TIMEOUT)
+    return AsyncRedisStore.from_url(server.url, prefix=f"rk-edges-{uuid.uuid4().hex[:8]}:",
+                                    **options)  # type: ignore[arg-type]
+
+
+async def test_more_concurrent_calls_than_the_pool_holds_wait_for_a_connection(
+        redis_server: RedisServer) -> None:
+    # Without coalescing each concurrent call takes a connection of its own; redis-py's pool
+    # holds 100 and raised MaxConnectionsError for the 101st, a StoreUnavailable: five of
+    # them opened the breaker on a healthy server (200 tasks: 37 % of calls failed).
+    async with open_store(redis_server, coalesce=False) as store:
+        limiter = AsyncLimiter(Limit("gcra", "1000/s", burst=1000), store,
+                               clock=ManualClock(0.0), failure="raise")
+        decisions = await asyncio.gather(*(limiter.hit(f"k{i % 7}") for i in range(300)))
+        assert all(d.allowed for d in decisions)
+        assert store.stats.errors == 0
+        assert store.breaker.opened == 0
+        pool = store._client.connection_pool
+        assert len(pool._in_use_connections) + len(pool._available_connections) \
+            <= pool.max_connections
+
+
+async def test_a_full_pool_of_a_given_client_is_no_breaker_failure(
+        redis_server: RedisServer) -> None:
+    # A client given to the store is used through redis-py, whose pool refuses the call
+    # past its max_connections: the call fails (the caller's policy decides), but the
+    # server is not at fault, so the breaker does not count it.
+    client = redis.asyncio.Redis.from_url(redis_server.url, max_connections=2)
+    store = AsyncRedisStore(client, coalesce=False, breaker_failures=1,
+                            prefix=f"rk-edges-{uuid.uuid4().hex[:8]}:")
+    limiter = AsyncLimiter(Limit("gcra", "1000/s", burst=1000), store,
+                           clock=ManualClock(0.0), failure="raise")
+    try:
+        outcomes = await asyncio.gather(*(limiter.hit(f"k{i}") for i in range(20)),
+                                        return_exceptions=True)
+        refused = [o for o in outcomes if isinstance(o, BaseException)]
+        assert refused, "the pool of 2 held 20 calls at once"
+        assert all(isinstance(o, StoreUnavailable) and "max_connections" in str(o)
+                   for o in refused), refused
+        assert store.breaker.opened == 0 and store.breaker.state == "closed"
+    finally:
+        await client.aclose()
+
+
+async def _a_closed_uvloop_transport_error() -> RuntimeError:
+    """The error uvloop raises for a write to a transport already closed (made for real)."""
+    ours, theirs = socket.socketpair()
+    try:
+        _, writer = await asyncio.open_connection(sock=ours)
+        writer.transport.abort()
+        for _ in range(10):  # (closed=True once its close callback has run)
+            if "closed=True" in repr(writer.transport):
+                break
+            await asyncio.sleep(0)
+        try:
+            writer.write(b"PING\r\n")
+        except RuntimeError as e:
+            return e
+        raise AssertionError(f"uvloop wrote to a closed transport: {writer.transport!r}")
+    finally:
+        theirs.close()
+
+
+def test_a_write_to_a_closed_uvloop_transport_is_unavailability(
+        redis_server: RedisServer) -> None:
+    # uvloop (which `serve` runs on) raises RuntimeError for a write to a transport just
+    # reset; it was translated to StoreError and counted as a breaker success, resetting
+    # the consecutive failures in the middle of an outage.
+    error = uvloop.run(_a_closed_uvloop_transport_error())
+    store = open_store(redis_server, breaker_failures=2)
+    failures = [store._failed(store.breaker, error) for _ in range(2)]
+    assert all(isinstance(f, StoreUnavailable) for f in failures), failures
+    assert store.breaker.opened == 1
+    assert store.stats.unavailable == 2
