@@ -13,7 +13,8 @@ ratekeeper unchanged:
   (``code``, ``current_limit`` {requests_per_unit, unit, name}, ``limit_remaining``,
   ``duration_until_reset``), and ``response_headers_to_add``: the ``RateLimit-Policy`` /
   ``RateLimit`` fields (plus ``Retry-After`` on OVER_LIMIT) that Envoy adds to the response,
-  or envoyproxy/ratelimit's three headers by name (`LimitHeaders`).
+  or envoyproxy/ratelimit's three headers by name (`LimitHeaders`); when the store failed
+  and the failure policy decided, ``X-RateLimit-Degraded: <policy>`` too.
 
 Mirroring envoyproxy/ratelimit: an empty domain or an empty descriptor list is
 ``INVALID_ARGUMENT``; an unknown domain, a descriptor with no entries or one matching no rule
@@ -75,6 +76,9 @@ SERVICE: str = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
 #: The full method path Envoy calls.
 METHOD = f"/{SERVICE}/ShouldRateLimit"
 UINT32_MAX = 2**32 - 1
+#: Added to an answer the failure policy decided (the store failed), naming that policy: the
+#: middleware's default `degraded_header`, so a client sees one field whichever decided.
+DEGRADED_HEADER = "X-RateLimit-Degraded"
 
 _OK = rls_pb2.RateLimitResponse.OK
 _OVER_LIMIT = rls_pb2.RateLimitResponse.OVER_LIMIT
@@ -246,6 +250,10 @@ def response_parts(result: CheckResult, limit_headers: LimitHeaders | None = Non
     parts = tuple(statuses)
     headers = tuple(result_headers(result)) if limit_headers is None \
         else limit_headers.pick(parts)
+    if result.degraded:
+        # The failure policy decided, not the store: say so, as the middleware does (an
+        # answer that looks like the full quota is otherwise indistinguishable from one).
+        headers = (*headers, (DEGRADED_HEADER, result.failure))
     return _OK if result.allowed else _OVER_LIMIT, parts, headers
 
 
@@ -339,7 +347,8 @@ class Answers:
         if len(statuses) == 1 and not result.legacy_headers:
             s = statuses[0]
             d = s.decision
-            if s.outcome == "allowed" and d is not None and d is result.decision:
+            if s.outcome == "allowed" and d is not None and d is result.decision \
+                    and not result.degraded:  # (a degraded answer has a field more)
                 lim, rule, reset = d.limit, s.rule, d.reset_after
                 # (reset <= 0 of a fixed window is worked out from `now`; inf is capped)
                 if lim is not None and rule is not None and 0.0 < reset < 1e9:
@@ -379,7 +388,8 @@ class RateLimitServicer:
             domain, descriptors, hits = parse_cached(request)
             engine = self._engine
             res = await engine.check(domain, descriptors, hits)
-            result = "ok" if res.known_domain else "unknown_domain"
+            result = "degraded" if res.degraded else \
+                "ok" if res.known_domain else "unknown_domain"
             return self._answer(res, engine.clock())
         except UnknownDomain as e:
             result = "unknown_domain"

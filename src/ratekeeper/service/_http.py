@@ -253,6 +253,21 @@ def _status_json(s: DescriptorStatus) -> dict[str, Any]:
     }
 
 
+#: Listed in a ``/v1/check`` answer's headers when the failure policy decided (the store
+#: failed), naming that policy: the middleware's default `degraded_header`, and what the gRPC
+#: answer adds (`_grpc.DEGRADED_HEADER`).
+DEGRADED_HEADER = "X-RateLimit-Degraded"
+
+
+def _headers(r: CheckResult) -> dict[str, str]:
+    """The fields the caller should send its client for `r` (`result_headers`, and on a
+    degraded answer `DEGRADED_HEADER`)."""
+    headers = dict(result_headers(r))
+    if r.degraded:
+        headers[DEGRADED_HEADER] = r.failure
+    return headers
+
+
 def result_json(r: CheckResult) -> dict[str, Any]:
     """The ``/v1/check`` response body for a result."""
     out: dict[str, Any] = {
@@ -260,7 +275,7 @@ def result_json(r: CheckResult) -> dict[str, Any]:
         "code": "OK" if r.allowed else "OVER_LIMIT",
         "domain": r.domain,
         "decision": _decision(r.decision),
-        "headers": dict(result_headers(r)),
+        "headers": _headers(r),
         "statuses": [_status_json(s) for s in r.statuses],
         "degraded": r.degraded,
         "generation": r.generation,
@@ -338,7 +353,7 @@ def check_answer(r: CheckResult) -> bytes:
                 f'"rule":{_json_str(rule.name)},"limits":[{names}],"decision":', rule, s.limits)
         statuses.append(f"{head[0]}{text}}}")
     headers = ",".join([f"{_json_str(k)}:{_json_str(v)}"
-                        for k, v in dict(result_headers(r)).items()])
+                        for k, v in _headers(r).items()])
     degraded = "true" if r.degraded else "false"
     return (f'{{"allowed":true,"code":"OK","domain":{_json_str(r.domain)},"decision":{top},'
             f'"headers":{{{headers}}},"statuses":[{",".join(statuses)}],'
@@ -484,7 +499,8 @@ def create_app(service: Service) -> Starlette:
     async def decide_check(body: bytes) -> tuple[str, bytes]:
         domain, descriptors, cost = parse_check_cached(body)
         res = await engine.check(domain, descriptors, cost)
-        return "ok" if res.known_domain else "unknown_domain", check_answer(res)
+        result = "degraded" if res.degraded else "ok" if res.known_domain else "unknown_domain"
+        return result, check_answer(res)
 
     async def decide_http(body: bytes) -> tuple[str, bytes]:
         snap = service.holder.current
