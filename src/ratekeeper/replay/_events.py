@@ -103,8 +103,8 @@ class ReadStats:
             excerpt = text if len(text) <= 120 else text[:117] + "..."
             self.examples.append(Malformed(line, reason, why, excerpt))
 
-    def skip(self, reason: str) -> None:
-        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+    def skip(self, reason: str, count: int = 1) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + count
 
     def summary(self) -> str:
         """One paragraph for a person: ``12000 lines, 11990 events, 3 malformed (...)``."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import reprlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
@@ -29,6 +30,7 @@ from ._time import TimeCache, epoch_seconds
 __all__ = [
     "COMBINED",
     "COMMON",
+    "MAX_JSON_DEPTH",
     "NGINX_COMBINED",
     "NGINX_COMMON",
     "BadLine",
@@ -421,7 +423,13 @@ COMMON = LogFormat(NGINX_COMMON, name="common", trailing=True)
 
 # -- JSON Lines ------------------------------------------------------------------------------
 
-def _text(v: object) -> str:
+#: Objects and arrays nested deeper than this make a line malformed: no log nests so deep.
+MAX_JSON_DEPTH = 32
+
+_TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels: not a log line"
+
+
+def _text(v: object, depth: int = 0) -> str:
     if isinstance(v, str):
         return v
     if v is None:
@@ -429,15 +437,33 @@ def _text(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, list):
-        return ", ".join(_text(x) for x in v)
-    return str(v) if not isinstance(v, dict) else json.dumps(v)
+        if depth >= MAX_JSON_DEPTH:
+            raise BadLine("json", _TOO_DEEP)
+        return ", ".join([_text(x, depth + 1) for x in v])
+    if isinstance(v, dict):
+        try:
+            return json.dumps(v)
+        except RecursionError:  # nesting json.loads just managed: too deep to write back
+            raise BadLine("json", _TOO_DEEP) from None
+    return str(v)
 
 
-def _flatten(obj: Mapping[str, object], prefix: str, raw: dict[str, object]) -> None:
+def _flatten(obj: Mapping[str, object], prefix: str, raw: dict[str, object], depth: int,
+             budget: list[int]) -> None:
+    """`obj`'s fields into `raw` by dotted name. `budget[0]`: the characters of names left
+    to write (each nested name repeats its parents', so one long parent name over many
+    fields would write a line out many times over)."""
+    if depth > MAX_JSON_DEPTH:
+        raise BadLine("json", _TOO_DEEP)
     for k, v in obj.items():
         key = prefix + k
+        if prefix:
+            budget[0] -= len(key)
+            if budget[0] < 0:
+                raise BadLine("json", "its nested field names, written out in full, come to "
+                              "more than four times the line: not a log line")
         if isinstance(v, dict):
-            _flatten(v, key + ".", raw)
+            _flatten(v, key + ".", raw, depth + 1, budget)
         else:
             raw[key] = v
 
@@ -503,10 +529,12 @@ class JsonFormat:
             if not line.strip():
                 return None
             raise BadLine("json", f"not JSON ({e.args[0].split(':')[0]})") from None
+        except RecursionError:  # json's own limit on nesting, below Python's stack
+            raise BadLine("json", _TOO_DEEP) from None
         if not isinstance(obj, dict):
             raise BadLine("json", "not a JSON object")
         raw: dict[str, object] = {}
-        _flatten(obj, "", raw)
+        _flatten(obj, "", raw, 1, [4 * len(line) + 4096])
         (tk, ck, mk, pk, rk, sk, bk, uk, fk, hk) = self._cols
 
         def get(keys: tuple[str, ...]) -> object:
@@ -568,7 +596,7 @@ class JsonFormat:
         if v is None or v == "-":
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-            raise BadLine(what, f"{what} is not a number: {v!r}")
+            raise BadLine(what, f"{what} is not a number: {reprlib.repr(v)}")
         try:
             return int(v)
         except ValueError:
@@ -603,20 +631,25 @@ class TraceFormat:
             ev = json.loads(s)
         except ValueError as e:
             raise BadLine("json", f"not JSON ({e.args[0].split(':')[0]})") from None
+        except RecursionError:  # json's own limit on nesting, below Python's stack
+            raise BadLine("json", _TOO_DEEP) from None
         if not isinstance(ev, dict):
             raise BadLine("json", 'expected an object like {"t": 0.5, "key": "a"}')
         t = ev.get("t", self._last_t)
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
-            raise BadLine("time", f'"t" must be a finite number of seconds, got {t!r}')
+            raise BadLine("time",
+                          f'"t" must be a finite number of seconds, got {reprlib.repr(t)}')
         key = ev.get("key", "default")
         if isinstance(key, (int, float)) and not isinstance(key, bool):
             key = str(key)
         if not isinstance(key, str) or not key:
-            raise BadLine("field", f'"key" must be a non-empty string, got {key!r}')
+            raise BadLine("field",
+                          f'"key" must be a non-empty string, got {reprlib.repr(key)}')
         cost = ev.get("cost", 1)
         if (isinstance(cost, bool) or not isinstance(cost, (int, float))
                 or not math.isfinite(cost) or cost <= 0):
-            raise BadLine("field", f'"cost" must be a positive number, got {cost!r}')
+            raise BadLine("field",
+                          f'"cost" must be a positive number, got {reprlib.repr(cost)}')
         self._last_t = t = float(t)
         return LogEvent(t, key, "", "", None, None, None, None, None, {},
                         {"key": key, "cost": _text(cost)}, lineno)

@@ -15,8 +15,9 @@ The pieces, each usable alone (the line formats and `reorder` do no I/O):
 - `reorder` (`_order`): events back in time order within `window` seconds.
 
 Nothing is fatal about a line: a malformed line (no match, a bad time, a truncated last line,
-a line over 1 MiB, a gzip stream that ends early) is counted in `ReadStats` with a few
-examples, and reading goes on (a broken gzip stream ends the input there).
+a line over 1 MiB, JSON nested deeper than `MAX_JSON_DEPTH`, a gzip stream that ends early)
+is counted in `ReadStats` with a few examples, and reading goes on (a broken gzip stream ends
+the input there). Blank lines are counted as ``skipped["blank"]``, a run of them at once.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import sys
 import zlib
 from collections.abc import Iterator
@@ -51,6 +53,10 @@ _GZIP_MAGIC = b"\x1f\x8b"
 #: Stands for a line over MAX_LINE in the line stream (no format matches it).
 TOO_LONG = "\x00<a line over MAX_LINE bytes>"
 _TOO_LONG_WHY = f"longer than {MAX_LINE} bytes: not a log line (skipped to its newline)"
+#: Stands for a run of empty lines in the line stream, `_Lines.blanks` of them: counted at
+#: once, without a parse each (a file of newlines reads at the speed of its decompression).
+BLANKS = "\x00<a run of empty lines>"
+_BLANK_RUN = re.compile("\n\n+")
 
 
 def open_format(fmt: str | LineFormat, *, extra_variables: tuple[str, ...] = ()) -> LineFormat:
@@ -80,6 +86,7 @@ class _Lines:
     def __init__(self, source: Source) -> None:
         self.tail = ""
         self.error: tuple[str, str] | None = None
+        self.blanks = 0  # how many empty lines the last BLANKS stands for
         self._close: IO[bytes] | IO[str] | None = None
         self._binary: IO[bytes] | None = None
         self._text: IO[str] | None = None
@@ -154,20 +161,53 @@ class _Lines:
                 start, tail, skipping = chunk.find(b"\n") + 1, b"", False
             if start <= cut:
                 body = tail + chunk[start:cut] if tail else chunk[start:cut]
-                yield from body.decode("utf-8", "replace").split("\n")
+                text = body.decode("utf-8", "replace")
+                if "\n\n" in text:
+                    yield from self._runs(text)
+                else:
+                    yield from text.split("\n")
             tail = chunk[cut + 1:]
         if tail and not skipping:
             self.tail = tail.decode("utf-8", "replace")
 
+    def _runs(self, text: str) -> Iterator[str]:
+        """The lines of `text` (joined by newlines), each run of empty lines as one
+        `BLANKS` (an empty first or last line joins the run next to it)."""
+        start, end = 0, len(text)
+        for m in _BLANK_RUN.finditer(text):
+            at, to = m.span()
+            blanks = to - at - 1
+            if at:
+                yield from text[start:at].split("\n")  # up to the run's first newline
+            else:
+                blanks += 1  # the text starts with an empty line
+            if to == end:
+                blanks += 1  # ... or ends with one
+            self.blanks = blanks
+            yield BLANKS
+            start = to
+        if start < end:
+            yield from text[start:].split("\n")
+
     def _iter_text(self, f: IO[str]) -> Iterator[str]:
+        blanks = 0
         try:
             for raw in f:
+                if raw == "\n":
+                    blanks += 1
+                    continue
+                if blanks:
+                    self.blanks, blanks = blanks, 0
+                    yield BLANKS
                 if raw[-1:] == "\n":
                     yield raw[:-1]
                 else:
                     self.tail = raw
         except UnicodeDecodeError as e:
             self.error = ("decode", f"the text stream cannot be decoded on: {e.reason}")
+        if blanks:
+            self.blanks = blanks
+            yield BLANKS
 
 
 class LogReader:
@@ -199,7 +239,7 @@ class LogReader:
         if hot is not None:  # the same two steps, compiled (_replay_hot_c.pyx)
             return hot.reorder(  # type: ignore[no-any-return]
                 hot.parsed(self._lines, parser_of(self.format), self.stats, TOO_LONG,
-                           _TOO_LONG_WHY),
+                           _TOO_LONG_WHY, BLANKS),
                 self.stats, self.window, self.late == "drop", self.max_pending)
         return reorder(self._parsed(), self.stats, window=self.window, late=self.late,
                        max_pending=self.max_pending)
@@ -209,6 +249,11 @@ class LogReader:
         n = 0
         try:
             for line in lines:
+                if line is BLANKS:
+                    n += lines.blanks
+                    stats.lines = n
+                    stats.skip("blank", lines.blanks)
+                    continue
                 n += 1
                 stats.lines = n
                 try:

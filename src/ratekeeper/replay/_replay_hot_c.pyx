@@ -335,12 +335,17 @@ def remembering(policies, rules, engine, clock, events, inputs, one, list box, r
         yield rk_pack(replayed_t, 2, items)
 
 
-def parsed(lines, parse, stats, too_long, str too_long_why):
+def parsed(lines, parse, stats, too_long, str too_long_why, blanks):
     """`LogReader._parsed`: `lines` (a `_Lines`) through `parse`, counted in `stats`;
-    `too_long` is `TOO_LONG`, `too_long_why` its message."""
+    `too_long` is `TOO_LONG`, `too_long_why` its message, `blanks` is `BLANKS`."""
     cdef Py_ssize_t n = 0
     try:
         for line in lines:
+            if line is blanks:
+                n += lines.blanks
+                stats.lines = n
+                stats.skip("blank", lines.blanks)
+                continue
             n += 1
             stats.lines = n
             try:
