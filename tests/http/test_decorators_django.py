@@ -230,8 +230,6 @@ def test_django_ratelimit_rate_syntax_and_keys() -> None:
         view = ratelimit(group="g", rate=rate)(ok)
         lim = view._ratekeeper_view.spec.limits[0]  # type: ignore[attr-defined]
         assert lim.period == period and lim.name == f"g:{rate}"
-    with pytest.raises(ValueError, match="needs a rate"):
-        ratelimit(key="ip")
     with pytest.raises(ValueError, match="'ip', 'user'"):
         ratelimit(key="cookie", rate="1/s")(ok)
 
@@ -257,7 +255,7 @@ urlpatterns += [path("article", Article.as_view()), path("board", Board.as_view(
 
 def test_django_method_decorator_on_a_class_based_view_is_enforced_with_the_middleware(
         configure: Any) -> None:
-    c = configure(policy=DEFAULT)
+    c = configure(policy=DEFAULT, store=MemoryStore())  # one store: a second count shows
     article = [c.get("/article") for _ in range(2)]
     assert [r.status_code for r in article] == [200, 429]
     assert article[0]["RateLimit-Policy"] == '"article:1/m";q=1;w=60'  # replace: alone
@@ -315,3 +313,31 @@ def test_django_decorator_alone_passes_a_view_result_that_is_not_a_response_thro
     rf = RequestFactory(REMOTE_ADDR="203.0.113.7")
     assert [view(rf.get("/")) for _ in range(3)] == [
         {"limited": False}, {"limited": False}, {"limited": True}]
+
+
+def test_django_ratelimit_enable_false_disables_the_decorators(configure: Any) -> None:
+    for middleware in (None, [AUTH]):
+        c = configure(middleware=middleware, policy=[])
+        with override_settings(RATELIMIT_ENABLE=False):
+            got = [c.get("/soft") for _ in range(3)]
+            assert [json.loads(r.content) for r in got] == [{"limited": False}] * 3
+            assert codes(c, 3, "/search") == [200] * 3
+
+
+def by_plan(group: str, request: HttpRequest) -> str | None:
+    """django-ratelimit's callable rate: None (not limited) for staff, else by plan."""
+    plan = request.headers.get("X-Plan")
+    return None if plan == "staff" else "3/m" if plan == "pro" else "1/m"
+
+
+planned = ratelimit(group="planned", rate=by_plan, mode="replace")(ok)
+urlpatterns += [path("planned", planned)]
+
+
+def test_django_callable_rate_decides_per_request_with_the_middleware(configure: Any) -> None:
+    c = configure(policy=DEFAULT)
+    assert codes(c, 2, "/planned") == [200, 429]
+    assert codes(c, 4, "/planned", headers={"X-Plan": "pro"}) == [200, 200, 200, 429]
+    assert codes(c, 3, "/other") == [200] * 3  # replace: the plans charged no default
+    # None: no limits of the view's own, so the policy's apply (spent above).
+    assert codes(c, 1, "/planned", headers={"X-Plan": "staff"}) == [429]

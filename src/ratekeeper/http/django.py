@@ -40,15 +40,24 @@ and the decision in ``request.ratekeeper_decision``.
 
 ``@ratelimit(key="ip", rate="5/m", method=None, block=True, mode="add", group=None,
 algorithm="fixed-window", burst=None, cost=None)`` takes django-ratelimit's arguments:
-`rate` is ``"5/m"``, ``"100/h"``, ``"10/s"``, ``"1000/d"`` (or any ratekeeper rate, a
-`Limit`, a list); `key` is ``"ip"`` (the client IP, trusted proxies as the policy's
+`rate` is ``"5/m"``, ``"100/h"``, ``"10/s"``, ``"1000/d"``, ``"100/10"`` (a bare number:
+seconds), ``(count, seconds)`` (or any ratekeeper rate, a `Limit`, a list); ``"0/m"``:
+every request limited, None: not limited; a callable ``(group, request)`` answering one
+of these per request (or its dotted path); `key` is ``"ip"`` (the client IP, trusted proxies as the policy's
 `ClientIP` says), ``"user"`` / ``"user_or_ip"`` (the user's pk, else the client IP),
 ``"header:<name>"``, ``"get:<name>"``, ``"post:<name>"``, a callable ``(group, request)``
 or its dotted path; `method` limits only those methods (None: all); `group` names the
 limits' state (default: the view's dotted name; views of one group share it).
 ``block=False`` lets a rejected request through with ``request.limited = True`` (False
 when admitted) for the view to handle. Stacked decorators add limits to one view (with one
-key, method, block, mode and cost).
+method, block and mode).
+
+django-ratelimit's settings: ``RATELIMIT_ENABLE = False`` turns every ``@ratelimit`` off
+(the middleware's policy still applies); ``RATELIMIT_EXCEPTION_CLASS`` (a class or dotted
+path, e.g. `Ratelimited`) is raised instead of the 429; without the middleware
+``RATELIMIT_FAIL_OPEN`` (unset: ratekeeper's fail-open) and ``RATELIMIT_IPV4_MASK`` /
+``RATELIMIT_IPV6_MASK`` (when ``settings.RATEKEEPER`` has no `HTTPPolicy`) apply;
+``RATELIMIT_IP_META_KEY`` is refused, naming ``ClientIP(trusted_proxies=...)``.
 
 With `RateLimitMiddleware` installed, it decides in ``process_view``, where the view and its
 decorator are known: the policy's limits and the view's are one decision, all-or-nothing
@@ -67,13 +76,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 try:
     from django.conf import settings  # type: ignore[import-untyped]
-    from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped]
+    from django.core.exceptions import (  # type: ignore[import-untyped]
+        ImproperlyConfigured,
+        PermissionDenied,
+    )
     from django.http import (  # type: ignore[import-untyped]
         HttpRequest,
         HttpResponse,
@@ -87,17 +100,25 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess
 
 from .._types import Limit
 from ..core import run
-from ..policy._request import KeyFunc, RequestInfo
+from ..policy._request import ClientIP, KeyFunc, RequestInfo
 from ..stores import Store
 from ._decorators import Mode, Spec, header_key, make_limits
 from ._policy import HTTPPolicy, Outcome, RouteLimits, _Adapter
 from .wsgi import SYNC, Sleep
 
-__all__ = ["ALL", "UNSAFE", "RateLimitMiddleware", "django_user", "exempt", "ratelimit"]
+__all__ = ["ALL", "UNSAFE", "RateLimitMiddleware", "Ratelimited", "django_user", "exempt",
+           "ratelimit"]
 
 V = TypeVar("V", bound=Callable[..., Any])
 
 _KNOWN = frozenset({"policy", "store", "clock", "sleep", "failure", "fallback_share"})
+
+
+class Ratelimited(PermissionDenied):  # type: ignore[misc]
+    """django-ratelimit's exception, for ``RATELIMIT_EXCEPTION_CLASS =
+    "ratekeeper.http.django.Ratelimited"``: a blocked request raises it instead of
+    answering 429 (a 403 through Django's ``PermissionDenied`` handling, or your
+    ``process_exception`` middleware's answer)."""
 
 
 def django_user(request: RequestInfo) -> str | None:
@@ -140,6 +161,15 @@ def _rejection(out: Outcome) -> HttpResponse:
     return response
 
 
+def _raise_configured_exception() -> None:
+    """django-ratelimit's ``RATELIMIT_EXCEPTION_CLASS`` (a class or its dotted path),
+    raised instead of the 429 when it is set (its handler, e.g. ``RATELIMIT_VIEW``
+    through a ``process_exception`` middleware, answers)."""
+    cls = getattr(settings, "RATELIMIT_EXCEPTION_CLASS", None)
+    if cls is not None:
+        raise (import_string(cls) if isinstance(cls, str) else cls)()
+
+
 def _add_headers(request: HttpRequest, response: Any) -> Any:
     if not isinstance(response, HttpResponseBase):
         return response  # not a response (a view called as a function): nothing to write to
@@ -153,15 +183,22 @@ def _decide(adapter: _Adapter[Store, Sleep], request: HttpRequest,
     """One decision for `request` with `view`'s decorator limits (if it has them and the
     method is one they cover): a rejection to send, or None (go on to the view)."""
     request._ratekeeper_decided = True
-    route = None if view is None else view.route_for(request.method or "GET")
+    route, zero = (None, False) if view is None else view.route_for(request)
     out = run(adapter.engine.handle(_info(adapter, request), route))
+    rejected = out is not None and out.action == "reject"
     if view is not None:  # django-ratelimit sets it whenever a decorated view is called
-        request.limited = route is not None and out is not None and out.action == "reject"
+        request.limited = zero or (route is not None and rejected)
+        if request.limited and not view.block:
+            return None  # django-ratelimit's block=False: the view sees request.limited
+        if zero and not rejected:  # rate '0/m': refused, and nothing was counted for it
+            _raise_configured_exception()
+            return HttpResponse(b"Too Many Requests: this view's rate is 0", status=429,
+                                content_type="text/plain")
     if out is None:  # not limited
         return None
-    if out.action == "reject":
-        if route is not None and not view.block:  # type: ignore[union-attr]
-            return None  # django-ratelimit's block=False: the view sees request.limited
+    if rejected:
+        if route is not None:
+            _raise_configured_exception()
         return _rejection(out)
     request.ratekeeper_decision = out.decision
     request._ratekeeper_headers = out.headers
@@ -246,18 +283,52 @@ ALL = None
 UNSAFE = ("DELETE", "PATCH", "POST", "PUT")
 
 
+#: django-ratelimit's rate: ``"5/m"``, ``"100/10"`` (a bare number: seconds), ``"400/10m"``.
+_DJANGO_RATE = re.compile(r"(\d+)/(\d*)([smhd])?")
+#: A rate as django-ratelimit takes it, or a function ``(group, request)`` answering one
+#: (None: not limited), or the function's dotted path.
+DjangoRate = str | tuple[int, int] | Limit | list[str | Limit] | None
+
+
+def _rate_of(rate: DjangoRate) -> tuple[str | Limit | list[str | Limit] | None, bool]:
+    """`rate` as ratekeeper's limits (None: not limited) and whether it is django-ratelimit's
+    zero rate (``"0/m"``: every request limited, nothing counted)."""
+    if isinstance(rate, tuple):
+        rate = f"{rate[0]}/{rate[1]}s"
+    if isinstance(rate, str):
+        m = _DJANGO_RATE.fullmatch(rate.strip())
+        if m is not None:
+            amount, multi, unit = m.groups()
+            if int(amount) == 0:
+                return None, True
+            return f"{amount}/{multi}{unit or 's'}", False
+    return rate, False
+
+
 @dataclass
 class _View:
-    """One view's ``@ratelimit`` decorators so far."""
+    """One view's ``@ratelimit`` decorators so far: their limits (`spec`, None for
+    ``rate=None``), or the function answering the rate per request (`rate_of`)."""
 
-    spec: Spec
+    spec: Spec | None
     methods: frozenset[str] | None
     block: bool
+    zero: bool = False
+    name: str = ""
+    rate_of: Callable[[HttpRequest], Spec | bool | None] | None = None
 
-    def route_for(self, method: str) -> RouteLimits:
-        if self.methods is not None and method.upper() not in self.methods:
-            return None
-        return self.spec.route_limit()
+    def route_for(self, request: HttpRequest) -> tuple[RouteLimits, bool]:
+        """The request's decorator limits (None: none apply) and whether the rate is zero."""
+        if self.methods is not None and (request.method or "GET").upper() not in self.methods:
+            return None, False
+        if not getattr(settings, "RATELIMIT_ENABLE", True):
+            return None, False
+        spec: Spec | bool | None = self.spec
+        if self.rate_of is not None:
+            spec = self.rate_of(request)
+        if isinstance(spec, bool):
+            return None, spec
+        return (None, self.zero) if spec is None else (spec.route_limit(), False)
 
 
 def _user(request: RequestInfo) -> str | None:
@@ -297,44 +368,81 @@ def _key(key: str | Callable[[str, HttpRequest], object], group: str) -> str | K
 
 
 def ratelimit(group: str | None = None, key: str | Callable[[str, HttpRequest], object] = "ip",
-              rate: str | Limit | list[str | Limit] | None = None,
+              rate: DjangoRate | Callable[[str, HttpRequest], object] = None,
               method: str | Collection[str] | None = ALL, block: bool = True, *,
               mode: Mode = "add", algorithm: str = "fixed-window", burst: float | None = None,
               cost: float | None = None) -> Callable[[V], V]:
     """django-ratelimit's view decorator, decided with the policy (module docstring)."""
-    if rate is None:
-        raise ValueError("@ratelimit needs a rate, e.g. rate='5/m' (django-ratelimit's "
-                         "syntax: 10/s, 100/m, 1000/h, 10000/d)")
     methods = None if method is None else frozenset(
         [method.upper()] if isinstance(method, str) else (m.upper() for m in method))
+    rate_fn: Callable[[str, HttpRequest], object] | None = None
+    if callable(rate):
+        rate_fn = rate
+    elif isinstance(rate, str) and "." in rate and not rate[:1].isdigit():
+        rate_fn = import_string(rate)
 
     def decorate(view: V) -> V:
         name = group or f"{view.__module__}.{view.__qualname__}"
-        spec = Spec(name, make_limits(rate, endpoint=name, algorithm=algorithm, burst=burst,
-                                      name=None),
-                    _key(key, name), mode, cost)
-        spec.route_limit()  # its errors now, not at the first request
+        view_key = _key(key, name)
+
+        def spec_of(rate: DjangoRate) -> Spec | bool | None:
+            limits, zero = _rate_of(rate)
+            if limits is None:
+                return zero or None
+            spec = Spec(name, make_limits(limits, endpoint=name, algorithm=algorithm,
+                                          burst=burst, name=None), view_key, mode, cost)
+            spec.route_limit()  # its errors now (or at this request), not in the store
+            return spec
+
         known: _View | None = getattr(view, "_ratekeeper_view", None)
-        if known is not None:  # stacked: one view, more limits
-            if (known.methods, known.block) != (methods, block):
-                raise ValueError(f"the @ratelimit decorators stacked on {name!r} differ in "
-                                 "method or block; give them the same ones")
-            known.spec.add(spec)
-            known.spec.route_limit()
-            return view
-        entry = _View(spec, methods, block)
+        if rate_fn is not None:
+            fn = rate_fn
+            if known is not None:
+                raise ValueError(f"@ratelimit on {name!r}: a callable rate cannot be stacked "
+                                 "with other @ratelimit decorators; answer every rate from "
+                                 "the one function")
+
+            def per_request(request: HttpRequest) -> Spec | bool | None:
+                try:
+                    return spec_of(fn(name, request))  # type: ignore[arg-type]
+                except (TypeError, ValueError) as e:
+                    raise ImproperlyConfigured(
+                        f"@ratelimit on {name!r}: its rate function {fn!r} answered a rate "
+                        f"ratekeeper cannot use: {e}") from e
+
+            entry = _View(None, methods, block, rate_of=per_request)
+        else:
+            spec = spec_of(rate)  # type: ignore[arg-type]
+            zero = spec is True
+            spec = None if isinstance(spec, bool) else spec
+            if known is not None:  # stacked: one view, more limits
+                if (known.methods, known.block) != (methods, block) or known.rate_of \
+                        or known.zero or zero or (known.spec is None) != (spec is None):
+                    raise ValueError(
+                        f"the @ratelimit decorators stacked on {name!r} differ in method or "
+                        "block, or one has a rate of 0, None or a function; give them the "
+                        "same method and block and rates such as '5/m'")
+                if known.spec is not None and spec is not None:
+                    known.spec.add(spec)
+                    known.spec.route_limit()
+                return view
+            entry = _View(spec, methods, block, zero=zero)
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            if getattr(request, "_ratekeeper_entry", None) is not entry:
+            decided: _View | None = getattr(request, "_ratekeeper_entry", None)
+            if decided is not entry and (decided is None or decided.name != entry.name):
                 # No RateLimitMiddleware decided this request with these limits (none is
                 # installed, or it saw a view it could not see into): they decide alone.
+                # (method_decorator decorates each call anew: the same name is the same
+                # view.)
                 rejected = _decide(_standalone(), request, entry)
                 if rejected is not None:
                     return rejected
                 return _add_headers(request, view(request, *args, **kwargs))
             return view(request, *args, **kwargs)
 
+        entry.name = name
         wrapper._ratekeeper_view = entry  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
@@ -361,7 +469,11 @@ class _Alone(_Adapter[Store, Sleep]):
     _kind = SYNC
 
 
-_alone: list[tuple[object, _Alone]] = []  # the one adapter, with the setting it was made for
+#: The one adapter, with the settings it was made for.
+_alone: list[tuple[tuple[object, ...], _Alone]] = []
+#: django-ratelimit's settings the decorator alone reads.
+_PEER_SETTINGS = ("RATELIMIT_FAIL_OPEN", "RATELIMIT_IPV4_MASK", "RATELIMIT_IPV6_MASK",
+                  "RATELIMIT_IP_META_KEY")
 
 
 def _standalone() -> _Alone:
@@ -369,19 +481,34 @@ def _standalone() -> _Alone:
     clock, failure policy and the policy's client address (trusted proxies, prefixes),
     made again when the setting changes (e.g. under ``override_settings``)."""
     conf = getattr(settings, "RATEKEEPER", None)
-    if not _alone or _alone[0][0] is not conf:
+    made_for = (conf, *(getattr(settings, name, None) for name in _PEER_SETTINGS))
+    if not _alone or any(a is not b for a, b in zip(_alone[0][0], made_for, strict=True)):
         c: Mapping[str, Any] = conf if isinstance(conf, Mapping) else {}
+        fail_open, v4, v6, meta = made_for[1:]
+        if meta is not None:
+            raise ImproperlyConfigured(
+                f"RATELIMIT_IP_META_KEY = {meta!r}: ratekeeper believes a forwarding header "
+                "only from proxies it trusts; say which with settings.RATEKEEPER = "
+                "{'policy': HTTPPolicy(client_ip=ClientIP(trusted_proxies=['10.0.0.0/8'], "
+                "header='x-forwarded-for'))} and remove RATELIMIT_IP_META_KEY")
         policy = _resolve(c.get("policy"))
         # A Python policy's everything but its limits and routes (those need the
-        # middleware); a policies file's client address is its own rules': the default.
-        alone = dataclasses.replace(policy, limits=(), routes=()) \
-            if isinstance(policy, HTTPPolicy) else HTTPPolicy()
+        # middleware); a policies file's client address is its own rules': the default,
+        # grouped as django-ratelimit's RATELIMIT_IPV4_MASK / RATELIMIT_IPV6_MASK say.
+        try:
+            alone = dataclasses.replace(policy, limits=(), routes=()) \
+                if isinstance(policy, HTTPPolicy) else HTTPPolicy(client_ip=ClientIP(
+                    ipv4_prefix=32 if v4 is None else v4, ipv6_prefix=64 if v6 is None else v6))
+        except (TypeError, ValueError) as e:
+            raise ImproperlyConfigured(f"RATELIMIT_IPV4_MASK / RATELIMIT_IPV6_MASK: {e}") from e
         failure = {k: c[k] for k in ("failure", "fallback_share") if k in c}
+        if fail_open is not None and "failure" not in failure:  # RATELIMIT_FAIL_OPEN
+            failure["failure"] = "open" if fail_open else "closed"
         try:
             adapter = _Alone(alone, store=_resolve(c.get("store")),
                              clock=_resolve(c.get("clock")), sleep=_resolve(c.get("sleep")),
                              **failure)
         except (TypeError, ValueError) as e:
             raise ImproperlyConfigured(f"settings.RATEKEEPER: {e}") from e
-        _alone[:] = [(conf, adapter)]
+        _alone[:] = [(made_for, adapter)]
     return _alone[0][1]
