@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import uuid
 
+import pytest
+import redis
 import redis.asyncio
 import uvloop
 
@@ -93,3 +96,73 @@ def test_a_write_to_a_closed_uvloop_transport_is_unavailability(
     assert all(isinstance(f, StoreUnavailable) for f in failures), failures
     assert store.breaker.opened == 1
     assert store.stats.unavailable == 2
+
+
+def connected_clients_settle(server: RedisServer, admin: redis.Redis, expected: int) -> int:
+    """The server's client count once it is `expected`, or after 1000 reads (the server
+    sees a socket's end in its own time): bounded by work, not by time."""
+    count = -1
+    for _ in range(1000):
+        count = admin.info("clients")["connected_clients"]
+        if count == expected:
+            break
+    return count
+
+
+def test_aclose_with_a_pipe_on_another_open_loop_closes_its_connection(
+        redis_server: RedisServer) -> None:
+    # A pipe left on a loop that is still open (not running): aclose() on another loop
+    # raised RuntimeError (redis-py's pool closing that loop's socket: "attached to a
+    # different loop") and the server kept the connection.
+    admin = redis.Redis.from_url(redis_server.url)
+    alone = admin.info("clients")["connected_clients"]
+    store = open_store(redis_server)
+    limiter = AsyncLimiter(Limit("gcra", "100/s", burst=100), store, clock=ManualClock(0.0),
+                           failure="raise")
+    first = asyncio.new_event_loop()
+    try:
+        async def open_a_pipe() -> None:
+            assert (await limiter.hit("k")).allowed
+            for _ in range(100):  # (it opens after a round trip that worked)
+                if store._pipe is not None and not store._tasks:
+                    return
+                await asyncio.sleep(0)
+            raise AssertionError("no pipe opened")
+
+        first.run_until_complete(open_a_pipe())
+        asyncio.run(store.aclose())
+        assert connected_clients_settle(redis_server, admin, alone) == alone
+        first.run_until_complete(asyncio.sleep(0))  # its reader ends, on its own loop
+        assert not store._open_pipes
+    finally:
+        first.close()
+        admin.close()
+
+
+def test_a_store_used_from_two_running_loops_is_refused_with_a_clear_error(
+        redis_server: RedisServer) -> None:
+    # Two threads, each with its running loop, on one store: each switch left a pipe and a
+    # connection behind, until tens of thousands of StoreUnavailable followed, none saying
+    # why. The second loop's call is refused, naming the fix.
+    store = open_store(redis_server)
+    limiter = AsyncLimiter(Limit("gcra", "100/s", burst=100), store, clock=ManualClock(0.0),
+                           failure="open")
+    other = asyncio.new_event_loop()
+    thread = threading.Thread(target=other.run_forever)
+    thread.start()
+    try:
+        assert asyncio.run_coroutine_threadsafe(limiter.hit("k"), other).result(10).allowed
+        pool = store._client.connection_pool
+        held = len(pool._in_use_connections)
+        for _ in range(3):  # (each a switch: refused every time, nothing leaked)
+            with pytest.raises(RuntimeError, match="one store per event loop"):
+                asyncio.run(limiter.hit("k"))
+            assert len(pool._in_use_connections) == held
+        assert asyncio.run_coroutine_threadsafe(limiter.hit("k"), other).result(10).allowed
+        assert store.stats.errors == 0
+        assert len(store._open_pipes) <= 1
+        asyncio.run_coroutine_threadsafe(store.aclose(), other).result(10)
+    finally:
+        other.call_soon_threadsafe(other.stop)
+        thread.join(10)
+        other.close()

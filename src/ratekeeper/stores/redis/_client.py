@@ -115,6 +115,16 @@ _UNAVAILABLE_TYPES: tuple[type[BaseException], ...] = (
 _UNAVAILABLE_CODES = frozenset({"BUSY", "NOREPLICAS"})
 
 
+class LoopInUse(RuntimeError):
+    """An asyncio store called on one event loop while the loop it runs on is running too
+    (`_Wire.refuse_other_loop`): a mistake in the program, raised to the caller whatever
+    the failure policy, not a store failure."""
+
+
+#: What a call raises as it is, whatever the failure policy: the program's own mistakes.
+_MISUSE: tuple[type[BaseException], ...] = (LoopInUse,)
+
+
 class _Target(NamedTuple):
     kind: Literal["standalone", "cluster", "sentinel"]
     url: str  # for standalone / cluster: a URL redis-py understands

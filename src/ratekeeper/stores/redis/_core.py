@@ -22,6 +22,7 @@ from .._lua import CHECK, ONE, REFUND, STATE, Script
 from .._urlforms import redact
 from ._breaker import CircuitBreaker
 from ._client import (
+    _MISUSE,
     _UNAVAILABLE_CODES,
     _UNAVAILABLE_TYPES,
     _check_timeout,
@@ -775,6 +776,8 @@ class _RedisCore:
         return StoreError(f"Redis client failed: {type(exc).__name__}: {msg}")
 
     def _failed(self, breaker: CircuitBreaker, exc: BaseException) -> StoreError:
+        if isinstance(exc, _MISUSE):  # the program's mistake: the caller's, not the policy's
+            raise exc
         err = self._translate(exc)
         self.stats.errors += 1
         if isinstance(err, StoreUnavailable):

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import math
+import socket
 import sys
 import threading
 from collections import deque
@@ -31,6 +32,7 @@ from ..._types import GLOBAL_KEY, Decision, Limit
 from .._base import Check
 from .._lua import CHECK, LIBRARY, ONE, Script
 from ._client import (
+    LoopInUse,
     _check_timeout,
     _describe_client,
     _Target,
@@ -510,10 +512,12 @@ class _Wire:
     health-check options (`client_options`), the store uses redis-py's commands instead,
     which apply them (`from_url`)."""
 
-    __slots__ = ("_idle", "_loop", "_packed", "_pool", "_waiting", "keep")
+    __slots__ = ("_describe", "_idle", "_loop", "_packed", "_pool", "_waiting", "keep")
 
-    def __init__(self, pool: Any, keep: int = 16, *, remember: bool = True) -> None:
+    def __init__(self, pool: Any, keep: int = 16, *, remember: bool = True,
+                 describe: str = "redis") -> None:
         self._pool = pool
+        self._describe = describe
         self._idle: list[Any] = []
         #: Round trips waiting for a connection while the pool has none left to give (its
         #: ``max_connections`` in use): each is handed the next one a round trip is done with.
@@ -611,11 +615,25 @@ class _Wire:
         """Use `loop` from now on. Another loop's sockets are no use on it (one loop at a
         time: that one is closed, as `asyncio.run` leaves it, and closing them fails but
         forgets them): the pool gets their connections back, to connect again on this one."""
+        self.refuse_other_loop(loop)
         old, self._loop, self._idle = self._idle, loop, []
         self._waiting.clear()  # (the closed loop's: gone with it)
         for conn in old:
             await _close_quietly(conn)
             await self._pool.release(conn)
+
+    def refuse_other_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Raise `LoopInUse` if the loop these connections are on is not `loop` and is
+        running still (another thread's): an asyncio store is one loop's at a time. Used
+        from two at once, each switch left a pipe and a connection behind, until every call
+        failed as unavailable without saying why."""
+        mine = self._loop
+        if mine is not None and mine is not loop and mine.is_running():
+            raise LoopInUse(
+                f"AsyncRedisStore {self._describe} was called on event loop {loop!r} while "
+                f"the loop it runs on, {mine!r}, is running too (two threads, each with its "
+                "own asyncio.run?): an asyncio store belongs to one event loop at a time; "
+                "make one store per event loop (one per thread)")
 
     async def _take(self) -> Any:
         """An idle connection of this loop's, or a new one from the pool; while the pool has
@@ -666,7 +684,8 @@ class _Pipe:
     another pipe after its next round trip that works."""
 
     __slots__ = ("_give_back", "_moving", "_on_broken", "_on_error", "_reader", "_timer",
-                 "broken", "conn", "loop", "orphaned", "pending", "retiring", "timeout",
+                 "broken", "conn", "detached", "loop", "orphaned", "pending", "retiring",
+                 "timeout",
                  "writer")
 
     def __init__(self, conn: Any, loop: asyncio.AbstractEventLoop, timeout: float | None, *,
@@ -682,6 +701,9 @@ class _Pipe:
         self.broken = self.retiring = False
         #: Its connection is no longer its to give back (its loop closed under its reader).
         self.orphaned = False
+        #: Its connection is no longer the store's (closed from another loop: `_drop_pipe`):
+        #: its reader closes it, on its own loop, and gives it back to no one.
+        self.detached = False
         #: redis-py 8 marks a connection to move (a maintenance notification): see `usable`.
         self._moving: Callable[[], bool] | None = getattr(conn, "should_reconnect", None)
         self._reader = loop.create_task(self._read())
@@ -747,7 +769,8 @@ class _Pipe:
             # (here, once nothing reads from it: given back only when it can be used again)
             if not self.orphaned:
                 await _close_quietly(conn)
-                self._give_back(self)
+                if not self.detached:
+                    self._give_back(self)
 
     def _check(self) -> None:
         """Calls past their deadline fail, and the pipe retires; once no call is left
@@ -831,6 +854,24 @@ def _raised(reply: Any) -> Any:
     return reply
 
 
+def _end_connection(conn: Any) -> None:
+    """End `conn`'s connection now, whatever loop its socket is on (a loop that is not
+    running cannot close it yet): the server sees it end at once; the socket itself is
+    closed by its own loop (`_Pipe`'s reader, when that loop runs on)."""
+    writer = getattr(conn, "_writer", None)
+    sock = writer.get_extra_info("socket") if writer is not None else None
+    if sock is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        # (a duplicate of the socket: shutting it down ends the connection both share,
+        # and closing it leaves the loop's own descriptor as it is)
+        dup = socket.fromfd(sock.fileno(), sock.family, sock.type)
+        try:
+            dup.shutdown(socket.SHUT_RDWR)
+        finally:
+            dup.close()
+
+
 async def _close_quietly(conn: Any) -> None:
     """Close `conn`'s socket (it reconnects when next used); the error being handled, if
     any, is the one to raise, not one from closing."""
@@ -877,7 +918,8 @@ class AsyncRedisStore(_RedisCore):
         self._deadlines = _Deadlines()
         #: The scripts' connections, for a client this store made (`_Wire`): redis-py's
         #: commands otherwise, honouring whatever a given client was configured with.
-        self._wire = _Wire(client.connection_pool, remember=not self.uses_client_clock) \
+        self._wire = _Wire(client.connection_pool, remember=not self.uses_client_clock,
+                           describe=self._describe) \
             if _own_connections and isinstance(client, redis.asyncio.Redis) else None
         #: The wire's connection that coalesced script calls are pipelined on (`_Pipe`),
         #: once a round trip has worked; and whether one is being opened.
@@ -1126,11 +1168,27 @@ class AsyncRedisStore(_RedisCore):
 
     async def _drop_pipe(self, pipe: _Pipe) -> None:
         """`aclose`, or a pipe of another loop: closed on this one's; on a closed loop,
-        broken and its connection left to its reader (below); one on a loop that is
-        neither gives its connection back when that loop runs on."""
+        broken and its connection left to its reader (below); on a loop that is neither,
+        its connection is ended now and the store's no longer: its reader closes the socket
+        when that loop runs on. (Given back when that loop ran on, its connection was
+        still the pool's as the store closed: the pool's closing raised RuntimeError, the
+        socket being another loop's, and left the connection open.)"""
         if pipe.loop is asyncio.get_running_loop():
             await pipe.close()
-        elif pipe.loop.is_closed():
+        elif not pipe.loop.is_closed():
+            pipe.detached = True
+            _end_connection(pipe.conn)
+            gone = StoreUnavailable("the store's pipelined connection was closed from "
+                                    "another event loop")
+            if pipe.loop.is_running():  # (another thread's: `aclose` refused it, so rare)
+                pipe.loop.call_soon_threadsafe(pipe.fail, gone)
+            else:
+                pipe.fail(gone)
+            self._open_pipes.discard(pipe)
+            in_use = getattr(getattr(self._wire, "_pool", None), "_in_use_connections", None)
+            if in_use is not None:
+                in_use.discard(pipe.conn)
+        else:
             # Its reader may still run its cleanup when it is collected, on this
             # connection: the connection is left to it, and the pool stops counting it
             # (found by review: given back, it had two owners, one round trip each).
@@ -1360,7 +1418,10 @@ class AsyncRedisStore(_RedisCore):
     async def aclose(self) -> None:
         """Close the client if this store created it (`from_url`). A call still waiting for
         its batch to go gets `StoreUnavailable`; the batches on their way are cancelled
-        (each of their callers gets `StoreUnavailable` too)."""
+        (each of their callers gets `StoreUnavailable` too). On the loop the store runs on,
+        or after it (`LoopInUse` while that loop runs in another thread)."""
+        if self._wire is not None:
+            self._wire.refuse_other_loop(asyncio.get_running_loop())
         batch, self._batch = self._batch, None
         if batch is not None and not batch[0].is_closed():
             self._unsent(batch[1])  # (its flush, when it runs, finds nothing to send)
