@@ -31,6 +31,8 @@ DEEP = {
     "list-5000": "[" * 5000 + "]" * 5000,
     "list-400": "[" * 400 + "]" * 400,
     "object-900": '{"a":' * 900 + "1" + "}" * 900,
+    "object-in-a-list-900": "[" + '{"a":' * 900 + "1" + "}" * 900 + "]",
+    "list-in-an-object-past-bound": '{"a":' * 20 + "[" * 20 + "]" * 20 + "}" * 20,
     "object-past-bound": '{"a":' * (MAX_JSON_DEPTH + 1) + "1" + "}" * (MAX_JSON_DEPTH + 1),
 }
 

@@ -429,7 +429,7 @@ MAX_JSON_DEPTH = 32
 _TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels: not a log line"
 
 
-def _text(v: object, depth: int = 0) -> str:
+def _text(v: object) -> str:
     if isinstance(v, str):
         return v
     if v is None:
@@ -437,15 +437,22 @@ def _text(v: object, depth: int = 0) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, list):
-        if depth >= MAX_JSON_DEPTH:
-            raise BadLine("json", _TOO_DEEP)
-        return ", ".join([_text(x, depth + 1) for x in v])
-    if isinstance(v, dict):
-        try:
-            return json.dumps(v)
-        except RecursionError:  # nesting json.loads just managed: too deep to write back
-            raise BadLine("json", _TOO_DEEP) from None
-    return str(v)
+        return ", ".join([_text(x) for x in v])
+    return str(v) if not isinstance(v, dict) else json.dumps(v)
+
+
+def _deeper_than(v: list[object], levels: int) -> bool:
+    """Whether the list `v` nests lists and objects more than `levels` deep (itself one
+    level), walked without recursion."""
+    stack: list[tuple[list[object] | dict[str, object], int]] = [(v, 1)]
+    while stack:
+        x, depth = stack.pop()
+        if depth > levels:
+            return True
+        for y in (x.values() if isinstance(x, dict) else x):
+            if isinstance(y, (dict, list)):
+                stack.append((y, depth + 1))
+    return False
 
 
 def _flatten(obj: Mapping[str, object], prefix: str, raw: dict[str, object], depth: int,
@@ -465,6 +472,8 @@ def _flatten(obj: Mapping[str, object], prefix: str, raw: dict[str, object], dep
         if isinstance(v, dict):
             _flatten(v, key + ".", raw, depth + 1, budget)
         else:
+            if isinstance(v, list) and _deeper_than(v, MAX_JSON_DEPTH - depth):
+                raise BadLine("json", _TOO_DEEP)
             raw[key] = v
 
 
