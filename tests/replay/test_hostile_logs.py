@@ -138,7 +138,7 @@ def test_blank_lines_between_log_lines_keep_every_line_number() -> None:
         assert events.stats.skipped == {"blank": sum(range(6))}
 
 
-def test_trace_format_keeps_blank_lines_free_too() -> None:
+def test_trace_lines_after_a_run_of_blank_lines_keep_their_numbers() -> None:
     data = b'{"t": 0, "key": "a"}\n' + b"\n" * N_BLANK + b'{"t": 1, "key": "b"}\n'
     with read_log(_gzip(data), TraceFormat(), window=0) as events:
         assert [(ev.client, ev.line) for ev in events] == [("a", 1), ("b", N_BLANK + 2)]
