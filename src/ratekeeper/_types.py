@@ -16,7 +16,7 @@ from typing import Literal, NamedTuple
 from ._errors import InvalidCost, InvalidLimit
 from ._rates import Rate, parse_rate
 
-__all__ = ["ALGORITHMS", "GLOBAL_KEY", "RULES", "Decision", "Limit", "LimitRules",
+__all__ = ["ALGORITHMS", "GLOBAL_KEY", "MAX_AMOUNT", "RULES", "Decision", "Limit", "LimitRules",
            "check_cost", "check_number", "register"]
 
 #: The key under which a ``scope="global"`` limit keeps its one counter, in every store and
@@ -55,6 +55,11 @@ RULES: dict[str, LimitRules] = {}
 ALGORITHMS: dict[str, str] = {}
 
 _MAX_NAME = 200
+
+#: The largest amount, burst, capacity, delay or cost a limit takes: 2**63 - 1, the largest
+#: integer Redis (a 64-bit counter) holds. Above it no store could count the quota, and
+#: headers would carry numbers of hundreds of digits (``burst = 1e308``); at most 19 here.
+MAX_AMOUNT = 2**63 - 1
 
 
 def register(name: str, rules: LimitRules) -> None:
@@ -138,6 +143,12 @@ class Limit:
             raise InvalidLimit(f"scope must be 'key' or 'global', got {self.scope!r}")
         burst, capacity, window = rules.params(
             self.algorithm, rate, self.burst, self.nodelay, self.delay)
+        for what, v in (("the rate's amount", rate.amount), ("burst", burst),
+                        ("capacity", capacity), ("delay", self.delay)):
+            if v is not None and not v <= MAX_AMOUNT:  # (`not <=`: NaN too)
+                raise InvalidLimit(
+                    f"{what} must be at most {MAX_AMOUNT} (2**63 - 1, the largest integer a "
+                    f"store counts), got {v!r:.40}")
         set_(self, "burst", None if burst is None else float(burst))
         set_(self, "per_second", rate.per_second)
         set_(self, "interval", 1.0 / rate.per_second)
@@ -183,14 +194,18 @@ class Limit:
 
 
 def check_cost(cost: object) -> float:
-    """A cost must be a finite number above 0 (fractions allowed except where noted)."""
+    """A cost must be a number above 0 and at most `MAX_AMOUNT` (fractions allowed except
+    where noted)."""
     if isinstance(cost, bool) or not isinstance(cost, (int, float)):
         raise InvalidCost(f"cost must be a number, got {cost!r}")
     try:
         c = float(cost)
     except OverflowError:
         raise InvalidCost(f"cost is too large to be a number: {cost!r:.40}...") from None
-    if not (c > 0 and c < math.inf):  # also rejects NaN
+    if not (c > 0 and c <= MAX_AMOUNT):  # also rejects NaN and infinities
+        if c > MAX_AMOUNT and c < math.inf:
+            raise InvalidCost(f"cost must be at most {MAX_AMOUNT} (2**63 - 1, the largest "
+                              f"integer a store counts), got {cost!r}")
         raise InvalidCost(f"cost must be a finite number above 0, got {cost!r}")
     return c
 

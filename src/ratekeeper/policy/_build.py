@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._types import MAX_AMOUNT
 from ..core import FailurePolicy
 from ._model import SERVICE_FAILURES, ConfigIssue
 from ._names import _closest
@@ -73,9 +74,16 @@ class Issues:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             self.err(loc, f"{what} must be a number, got {_typename(v)} {v!r}")
             return None
-        f = float(v)
+        try:
+            f = float(v)
+        except OverflowError:  # an int of hundreds of digits
+            f = math.inf
         if not (f > 0 and math.isfinite(f)):
-            self.err(loc, f"{what} must be a finite number above 0, got {v!r}")
+            self.err(loc, f"{what} must be a finite number above 0, got {v!r:.40}")
+            return None
+        if f > MAX_AMOUNT:
+            self.err(loc, f"{what} must be at most {MAX_AMOUNT} (2**63 - 1, the largest "
+                          f"integer a store counts), got {v!r:.40}")
             return None
         return f
 

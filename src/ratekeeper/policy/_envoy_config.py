@@ -54,6 +54,7 @@ from .._errors import RateKeeperError
 from .._rates import Rate
 from .._types import ALGORITHMS, Limit
 from ._keys import Shared
+from ._loader import MAX_DEPTH, MAX_FILE_BYTES, read_bounded
 from ._model import (
     ConfigIssue,
     Policies,
@@ -121,12 +122,21 @@ def load_envoy_config(path: str | Path, *, merge_domains: bool = False) -> Polic
         files = [p]
     texts: list[tuple[str, bytes]] = []
     issues: list[ConfigIssue] = []
+    left = MAX_FILE_BYTES  # for the directory as a whole
     for f in files:
         try:
-            texts.append((str(f), f.read_bytes()))
+            raw = read_bounded(f, left)
         except OSError as e:
             issues.append(ConfigIssue("", f"cannot read the file: {e.strerror or e}",
                                       file=str(f)))
+            continue
+        if raw is None:
+            issues.append(ConfigIssue("", f"the policies are larger than {MAX_FILE_BYTES} "
+                                          "bytes (the files of a directory together), the "
+                                          "most ratekeeper reads", file=str(f)))
+            break
+        left -= len(raw)
+        texts.append((str(f), raw))
     if issues:
         raise PolicyError(issues, str(p))
     return parse_envoy_config(texts, source=str(p), merge_domains=merge_domains)
@@ -146,6 +156,39 @@ def parse_envoy_config(files: Sequence[tuple[str, bytes | str]], *, source: str 
         raise PolicyError(b.issues, source)
     return Policies(MappingProxyType(domains), Settings(), source=source,
                     sha256=digest.hexdigest(), loaded_at=time.time())
+
+
+#: The most nodes one file may expand to, its aliases followed (each use of an anchor
+#: counts its nodes again): a file of some hundred thousand limits, not a "billion laughs".
+MAX_NODES = 2_000_000
+_TOO_DEEP = (f"the policies are nested too deeply; at most {MAX_DEPTH} levels of mappings "
+             "and lists are accepted (an alias inside its own anchor nests without end): "
+             "flatten the file")
+
+
+def _shape_problem(root: yaml.Node | None) -> str | None:
+    """Why a composed file is refused before it is walked (which recurses, and follows
+    aliases): deeper than `MAX_DEPTH`, or more than `MAX_NODES` with aliases expanded.
+    One iterative walk that stops at the first limit passed."""
+    if root is None:
+        return None
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    nodes = 0
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_DEPTH:
+            return _TOO_DEEP
+        if nodes > MAX_NODES:
+            return (f"the policies expand to more than {MAX_NODES} nodes, their aliases "
+                    "followed: use fewer aliases of large anchors")
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                stack.append((k, depth + 1))
+                stack.append((v, depth + 1))
+    return None
 
 
 def _line(node: yaml.Node) -> int:
@@ -265,6 +308,13 @@ class _Builder:
             return
         except yaml.YAMLError as e:
             self.issues.append(ConfigIssue("", f"not valid YAML: {e}", file=name))
+            return
+        except RecursionError:  # the pure-Python composer recurses per level
+            self.issues.append(ConfigIssue("", _TOO_DEEP, file=name))
+            return
+        problem = _shape_problem(root)
+        if problem is not None:
+            self.issues.append(ConfigIssue("", problem, file=name))
             return
         if root is None or not isinstance(root, yaml.MappingNode):
             self.issues.append(ConfigIssue(

@@ -81,6 +81,17 @@ class PolicyHolder:
                        "errors": [str(i) for i in e.issues], "generation": old.generation},
             )
             return False
+        except Exception as e:  # a loader bug or a file no check foresaw: still a failed
+            # reload (kept, counted, shown), never an exception in a request or a signal
+            self._signature = signature  # logged once per change of the file, not per poll
+            self.last_error = f"{self.path}: the policies could not be loaded: " \
+                              f"{type(e).__name__}: {e}"
+            self.stats.reload(False, old.generation)
+            log.error("policies NOT reloaded: %s; generation %d stays live", self.last_error,
+                      old.generation, exc_info=True,
+                      extra={"event": "reload_failed", "path": str(self.path),
+                             "errors": [self.last_error], "generation": old.generation})
+            return False
         self._signature = signature
         self.last_error = None
         if new.sha256 and new.sha256 == old.sha256:

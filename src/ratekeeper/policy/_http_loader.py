@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import ipaddress
 import math
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
@@ -32,7 +33,7 @@ from ._model import Domain
 from ._names import _closest
 from ._request import ClientIP, RequestInfo
 
-__all__ = ["HTTP_KEYS", "build_http"]
+__all__ = ["HTTP_KEYS", "UnimportedHook", "build_http"]
 
 HTTP_KEYS = ("domain", "descriptors", "routes", "attributes", "paths", "methods", "hosts",
              "exempt", "client_ip", "cost", "dry_run", "max_delay", "status",
@@ -49,15 +50,43 @@ METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", 
            "WEBSOCKET")
 
 
+#: A hook reference's module and attribute: dotted Python identifiers.
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
 def build_http(b: Issues, raw: object, domains: Mapping[str, Domain],
-               domain_names: Collection[str]) -> HTTPRules | None:
-    """`HTTPRules` from the ``[http]`` table, or None after reporting its problems to `b`."""
-    return _HTTPBuilder(b).build(raw, domains, domain_names)
+               domain_names: Collection[str], *, import_hooks: bool = True,
+               unchecked: list[str] | None = None) -> HTTPRules | None:
+    """`HTTPRules` from the ``[http]`` table, or None after reporting its problems to `b`.
+
+    `import_hooks` False: the hooks named are not imported (no code of the file's runs);
+    each is an `UnimportedHook`, and its reference is appended to `unchecked`."""
+    return _HTTPBuilder(b, import_hooks, unchecked).build(raw, domains, domain_names)
+
+
+class UnimportedHook:
+    """A hook a file names, not imported (the file was checked, not loaded): calling it
+    raises, so policies checked this way cannot decide requests by mistake."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: str) -> None:
+        self.ref = ref
+
+    def __repr__(self) -> str:
+        return f"UnimportedHook({self.ref!r})"
+
+    def __call__(self, request: RequestInfo) -> object:
+        raise RuntimeError(f"hook {self.ref!r} was not imported: these policies were checked "
+                           "with import_hooks=False; load them with load_policies to decide")
 
 
 class _HTTPBuilder:
-    def __init__(self, b: Issues) -> None:
+    def __init__(self, b: Issues, import_hooks: bool = True,
+                 unchecked: list[str] | None = None) -> None:
         self.b = b
+        self.import_hooks = import_hooks
+        self.unchecked = [] if unchecked is None else unchecked
         self.ok = True
         #: Attributes whose own errors were reported: entries naming them say nothing more.
         self.broken_attributes: set[str] = set()
@@ -302,6 +331,13 @@ class _HTTPBuilder:
             self.err(loc, f"must be \"package.module:function\", got {ref!r}")
             return None
         module, _, attr = ref.partition(":")
+        if not self.import_hooks:  # checked as written, never imported: no code runs
+            if not (_DOTTED.fullmatch(module) and _DOTTED.fullmatch(attr)):
+                self.err(loc, f"must be \"package.module:function\" (dotted Python names), "
+                              f"got {ref!r}")
+                return None
+            self.unchecked.append(ref)
+            return UnimportedHook(ref)
         try:
             obj: Any = importlib.import_module(module)
             for part in attr.split("."):

@@ -45,24 +45,30 @@ from ._rules import (
     Rule,
     make_level,
 )
-from ._toml_lines import key_lines, line_of
+from ._toml_lines import line_of, outline
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
-__all__ = ["check_file", "load_policies", "parse_policies", "parse_policies_text"]
+__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "check_file", "load_policies", "parse_policies",
+           "parse_policies_text", "read_bounded"]
 
 #: The algorithm of a limit that names none: envoyproxy/ratelimit's only one.
 DEFAULT_ALGORITHM = "fixed-window"
 _MAX_DOMAIN = 100
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9_.:@/+-]+$")
 
-
-
-
-
+#: The largest policies file read (bytes; for a directory of YAML files, all of them
+#: together): some hundred thousand limits. Refused before it is parsed.
+MAX_FILE_BYTES = 8 * 1024 * 1024
+#: The deepest nesting a policies file may have, refused before it is parsed: the parts of
+#: the deepest key path (``domains.api.descriptors[0].limits[1].rate`` is 6), tables, arrays
+#: and dotted-key parts counted alike; for YAML, mappings and lists. Real files need a dozen;
+#: a file nested 2,000 deep would overflow the parsers' recursion, and a deeply dotted TOML
+#: key costs `tomllib` memory quadratic in its parts.
+MAX_DEPTH = 100
 
 def is_envoy_config(path: str | Path) -> bool:
     """Whether `path` is in envoyproxy/ratelimit's YAML format: a directory of YAML files
@@ -71,9 +77,15 @@ def is_envoy_config(path: str | Path) -> bool:
     return p.is_dir() or p.suffix.lower() in (".yaml", ".yml")
 
 
-def load_policies(path: str | Path) -> Policies:
+def load_policies(path: str | Path, *, import_hooks: bool = True) -> Policies:
     """Read and validate a policies file (TOML), or envoyproxy/ratelimit's YAML (a directory
-    or a ``.yaml`` file, see `is_envoy_config`); raise `PolicyError` listing every problem."""
+    or a ``.yaml`` file, see `is_envoy_config`); raise `PolicyError` listing every problem.
+
+    A file over `MAX_FILE_BYTES`, or nested deeper than `MAX_DEPTH`, is refused before it
+    is parsed. `import_hooks`: import the Python hooks the ``[http]`` part names (which runs
+    their modules' code); False checks only how each is written, and lists them in
+    `Policies.unchecked_hooks` (such policies cannot decide requests: calling an unimported
+    hook raises)."""
     p = Path(path)
     if is_envoy_config(p):
         try:
@@ -84,49 +96,91 @@ def load_policies(path: str | Path) -> Policies:
                                                f"({e})")], str(p)) from None
         return load_envoy_config(p)
     try:
-        raw = p.read_bytes()
+        raw = read_bounded(p, MAX_FILE_BYTES)
     except OSError as e:
         raise PolicyError([ConfigIssue("", f"cannot read the file: {e.strerror or e}")],
                           str(p)) from None
-    return parse_policies_text(raw, source=str(p))
+    if raw is None:
+        raise PolicyError([_too_large()], str(p))
+    return parse_policies_text(raw, source=str(p), import_hooks=import_hooks)
 
 
-def parse_policies_text(raw: bytes | str, *, source: str = "<policies>") -> Policies:
-    """Parse TOML text (bytes must be UTF-8) into `Policies`."""
-    digest = hashlib.sha256(raw if isinstance(raw, bytes) else raw.encode()).hexdigest()
+def read_bounded(path: Path, limit: int) -> bytes | None:
+    """The bytes of `path`, or None if it holds more than `limit` (never read further)."""
+    with path.open("rb") as f:
+        raw = f.read(limit + 1)
+    return None if len(raw) > limit else raw
+
+
+def _too_large() -> ConfigIssue:
+    return ConfigIssue("", f"the policies are larger than {MAX_FILE_BYTES} bytes, the most "
+                           "ratekeeper reads (split the domains over several services, or "
+                           "share limits by name instead of repeating them)")
+
+
+def too_deep(depth: int | None) -> ConfigIssue:
+    """The issue of a file nested `depth` levels deep (None: too deep to tell), past
+    `MAX_DEPTH`."""
+    how = "too deeply" if depth is None else f"{depth} levels deep"
+    return ConfigIssue("", f"the policies are nested {how}; at most "
+                           f"{MAX_DEPTH} levels are accepted (tables, arrays and the parts of "
+                           "dotted keys counted together): flatten the file")
+
+
+def parse_policies_text(raw: bytes | str, *, source: str = "<policies>",
+                        import_hooks: bool = True) -> Policies:
+    """Parse TOML text (bytes must be UTF-8) into `Policies`; text larger than
+    `MAX_FILE_BYTES` or nested deeper than `MAX_DEPTH` is refused before it is parsed.
+    `import_hooks`: see `load_policies`."""
+    data_bytes = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+    if len(data_bytes) > MAX_FILE_BYTES:
+        raise PolicyError([_too_large()], source)
+    digest = hashlib.sha256(data_bytes).hexdigest()
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        # One linear scan, no recursion: the line of each key path (for the errors), and
+        # the depth, refused before tomllib recurses (or spends memory quadratic in it).
+        lines, depth = outline(text)
+        if depth > MAX_DEPTH:
+            raise PolicyError([too_deep(depth)], source)
         data = tomllib.loads(text)
     except UnicodeDecodeError as e:
         raise PolicyError([ConfigIssue("", f"the file is not UTF-8 text ({e.reason} at byte "
                                            f"{e.start})")], source) from None
     except tomllib.TOMLDecodeError as e:
         raise PolicyError([ConfigIssue("", f"not valid TOML: {e}")], source) from None
+    except RecursionError:  # nesting the scan could not read (malformed text)
+        raise PolicyError([too_deep(None)], source) from None
     try:
-        return parse_policies(data, source=source, sha256=digest)
+        return parse_policies(data, source=source, sha256=digest, import_hooks=import_hooks)
     except PolicyError as e:  # tomllib gives no lines: find each location's in the text
-        lines = key_lines(text)
         raise PolicyError([i if i.line is not None else dataclasses.replace(
             i, line=line_of(lines, i.location)) for i in e.issues], source) from None
 
 
-def check_file(path: str | Path) -> tuple[Policies | None, list[ConfigIssue]]:
-    """Validate a policies file: ``(policies, [])`` or ``(None, every issue)``."""
+def check_file(path: str | Path, *, import_hooks: bool = False
+               ) -> tuple[Policies | None, list[ConfigIssue]]:
+    """Validate a policies file: ``(policies, [])`` or ``(None, every issue)``.
+
+    Checking a file runs none of its code unless `import_hooks` (see `load_policies`): the
+    hooks it names are then in `Policies.unchecked_hooks`."""
     try:
-        return load_policies(path), []
+        return load_policies(path, import_hooks=import_hooks), []
     except PolicyError as e:
         return None, list(e.issues)
 
 
 def parse_policies(data: Mapping[str, Any], *, source: str = "<policies>",
-                   sha256: str = "") -> Policies:
-    """Validate a mapping (parsed TOML) into `Policies`; raise `PolicyError` on any problem."""
-    b = _Builder()
+                   sha256: str = "", import_hooks: bool = True) -> Policies:
+    """Validate a mapping (parsed TOML) into `Policies`; raise `PolicyError` on any problem.
+    `import_hooks`: see `load_policies`."""
+    b = _Builder(import_hooks)
     policies = b.build(data)
     if b.issues or policies is None:
         raise PolicyError(b.issues or [ConfigIssue("", "no policies")], source)
     return Policies(policies[0], policies[1], source=source, sha256=sha256,
-                    loaded_at=time.time(), http=policies[2])
+                    loaded_at=time.time(), http=policies[2],
+                    unchecked_hooks=tuple(b.unchecked_hooks))
 
 
 _TOP_KEYS = ("version", "service", "domains", "http")
@@ -140,6 +194,12 @@ _LIMIT_KEYS = ("algorithm", "rate", "burst", "nodelay", "delay", "by", "scope", 
 
 class _Builder(Issues):
     """Walks the parsed TOML, collecting every issue instead of stopping at the first."""
+
+    def __init__(self, import_hooks: bool = True) -> None:
+        super().__init__()
+        self.import_hooks = import_hooks
+        #: The hooks named but not imported (``import_hooks=False``), in file order.
+        self.unchecked_hooks: list[str] = []
 
     # the file --------------------------------------------------------------------------
 
@@ -166,7 +226,8 @@ class _Builder(Issues):
                 domains[name] = d
         http = None
         if "http" in data:
-            http = build_http(self, data["http"], domains, set(tbl))
+            http = build_http(self, data["http"], domains, set(tbl),
+                              import_hooks=self.import_hooks, unchecked=self.unchecked_hooks)
         return MappingProxyType(domains), settings, http
 
     def _settings(self, raw: object) -> Settings:
@@ -366,7 +427,7 @@ class _Builder(Issues):
         problem = _name_problem(state)
         if problem:
             self.err(_join(loc, "name") if explicit is not None else loc,
-                     f"rule name {name!r} {problem}"
+                     f"rule name {_shown(name)} {problem}"
                      + ("" if explicit is not None else "; set a shorter `name`"))
             return None
         if name in ctx.rule_names:
@@ -387,6 +448,7 @@ class _Builder(Issues):
             self.err(loc, "is empty: give at least one limit, or write `unlimited = true`")
             return ()
         out: list[PolicyLimit] = []
+        listed: set[str] = set()  # the names in `out`: a set, so a long list stays linear
         for i, item in enumerate(raw):
             iloc = f"{loc}[{i}]"
             if isinstance(item, str):
@@ -428,9 +490,10 @@ class _Builder(Issues):
                     self.err(iloc, f"limit {pl.limit.name!r} counts by {list(pl.by)}, but "
                                    f"{missing} {'is' if len(missing) == 1 else 'are'} not a key "
                                    f"of this descriptor ({' > '.join(keys)})")
-            if any(p.limit.name == pl.limit.name for p in out):
+            if pl.limit.name in listed:
                 self.err(iloc, f"limit {pl.limit.name!r} is listed twice in this descriptor")
                 continue
+            listed.add(pl.limit.name)
             out.append(pl)
         return tuple(out)
 
@@ -483,7 +546,7 @@ class _Builder(Issues):
                 by = ()
         problem = _name_problem(state)
         if problem:
-            self.err(loc, f"limit name {state!r} {problem}")
+            self.err(loc, f"limit name {_shown(state)} {problem}")
             ok = False
         if not ok:
             return None
@@ -520,6 +583,11 @@ class _DomainCtx:
     rules: list[Rule] = field(default_factory=list)
     rule_names: dict[str, str] = field(default_factory=dict)
     states: dict[str, tuple[PolicyLimit, str]] = field(default_factory=dict)
+
+
+def _shown(name: str) -> str:
+    """A name quoted for an error message, cut to its first 80 characters."""
+    return repr(name) if len(name) <= 80 else f"{name[:80]!r}... ({len(name)} characters)"
 
 
 def _rate_text(rate: object) -> str:

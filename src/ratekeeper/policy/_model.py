@@ -140,6 +140,9 @@ class Policies:
     #: The ``[http]`` part: how an HTTP request becomes descriptors (None: none given; the
     #: middleware then needs one).
     http: HTTPRules | None = None
+    #: The hooks the ``[http]`` part names that were not imported (loaded with
+    #: ``import_hooks=False``, as ``check-config`` does): their references, unchecked.
+    unchecked_hooks: tuple[str, ...] = ()
 
     @property
     def rule_count(self) -> int:

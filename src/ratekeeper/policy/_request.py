@@ -444,8 +444,10 @@ def request_from_json(obj: Mapping[str, object], where: str = "the request") -> 
         name = k.lower()
         headers[name] = f"{headers[name]}, {v}" if name in headers else v
     client = obj.get("client")
-    if client is not None and not (isinstance(client, str) and 0 < len(client) <= 64):
-        raise ValueError(f"{where}: client must be an IP address string, got {client!r:.60}")
+    if client is not None and not (isinstance(client, str) and 0 < len(client) <= 64
+                                   and _parse_ip_text(client) is not None):
+        raise ValueError(f"{where}: client must be an IP address (the TCP peer's, e.g. "
+                         f"\"203.0.113.7\" or \"2001:db8::1\"), got {client!r:.60}")
     return RequestInfo(method.upper(), path.split("?", 1)[0], headers, client)
 
 

@@ -30,14 +30,14 @@ import re
 from dataclasses import dataclass
 from typing import TypeAlias
 
-__all__ = ["key_lines", "line_of"]
+__all__ = ["key_lines", "line_of", "outline"]
 
 #: Key paths with more parts than this are not recorded (real files have a dozen at most).
 _MAX_DEPTH = 100
 
-#: A path as (text, number of parts), or None: not recorded (too deep, or under a header
-#: that could not be read).
-_Path: TypeAlias = "tuple[str, int] | None"
+#: A path as (text, number of parts); text None: too deep to record, its depth still
+#: counted; the whole None: under a header that could not be read.
+_Path: TypeAlias = "tuple[str | None, int] | None"
 _ROOT: tuple[str, int] = ("", 0)
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
@@ -64,10 +64,17 @@ def key_lines(text: str) -> dict[str, int]:
 
     Best effort on malformed text (never raises); see the module doc for what a path's
     line is."""
+    return outline(text)[0]
+
+
+def outline(text: str) -> tuple[dict[str, int], int]:
+    """`key_lines` of `text`, and the parts of its deepest key path (tables, array
+    elements and dotted-key parts alike): what a loader checks before it parses."""
+    scanner = _Scanner(text)
     try:
-        return _Scanner(text).run()
+        return scanner.run(), scanner.deepest
     except Exception:  # pragma: no cover - a bug here must not hide the config error
-        return {}
+        return {}, scanner.deepest
 
 
 def line_of(lines: dict[str, int], location: str) -> int | None:
@@ -115,15 +122,19 @@ def _key_path(key: str) -> str:
 
 
 def _child(parent: _Path, key: str) -> _Path:
-    if parent is None or parent[1] >= _MAX_DEPTH:
+    if parent is None:
         return None
+    if parent[0] is None or parent[1] >= _MAX_DEPTH:
+        return (None, parent[1] + 1)
     part = _key_path(key)
     return (f"{parent[0]}.{part}" if parent[0] else part, parent[1] + 1)
 
 
 def _element(parent: _Path, index: int) -> _Path:
-    if parent is None or parent[1] >= _MAX_DEPTH:
+    if parent is None:
         return None
+    if parent[0] is None or parent[1] >= _MAX_DEPTH:
+        return (None, parent[1] + 1)
     return (f"{parent[0]}[{index}]", parent[1] + 1)
 
 
@@ -155,6 +166,7 @@ class _Scanner:
         self.explicit: set[str] = set()  # paths with a line of their own, not implied
         self.aot: dict[str, int] = {}  # array-of-tables path -> elements so far
         self.table: _Path = _ROOT
+        self.deepest = 0  # parts of the deepest path seen, recorded or not
 
     # moving -------------------------------------------------------------------------
 
@@ -181,6 +193,9 @@ class _Scanner:
 
     def record(self, path: _Path, line: int, *, explicit: bool) -> None:
         if path is None:
+            return
+        self.deepest = max(self.deepest, path[1])
+        if path[0] is None:
             return
         if not explicit:
             self.lines.setdefault(path[0], line)
@@ -225,10 +240,10 @@ class _Scanner:
         for k in keys[:-1]:
             path = _child(path, k)
             self.record(path, line, explicit=False)
-            if path is not None and path[0] in self.aot:  # into its last element
-                path = _element(path, self.aot[path[0]] - 1)
+            if path is not None and path[0] is not None and path[0] in self.aot:
+                path = _element(path, self.aot[path[0]] - 1)  # into its last element
         path = _child(path, keys[-1])
-        if aot and path is not None:
+        if aot and path is not None and path[0] is not None:
             count = self.aot.get(path[0], 0)
             self.aot[path[0]] = count + 1
             self.record(path, line, explicit=False)

@@ -7,7 +7,7 @@
                      [--log-format json|text] [--log-level LEVEL] [--access-log]
                      [--grpc-tls-cert PEM --grpc-tls-key PEM [--grpc-tls-client-ca PEM]]
                      [--http-unix PATH] [--grpc-unix PATH] [--workers N]
-    ratekeeper check-config FILE_OR_DIR [...] [--quiet] [--json]
+    ratekeeper check-config FILE_OR_DIR [...] [--quiet] [--json] [--import-hooks]
 
 This module imports nothing heavy: `serve` imports uvicorn, grpcio and Starlette only when it
 runs, and says which extra to install when they are missing; `check-config` needs only the
@@ -335,6 +335,10 @@ def add_check(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
     p.add_argument("--json", action="store_true",
                    help="print the policies as GET /v1/policies documents them (valid files)")
+    p.add_argument("--import-hooks", action="store_true",
+                   help="import the Python hooks the files name, which runs their modules' "
+                        "code (default: check only how each is written and list them as "
+                        "unchecked, so that checking an untrusted file runs none of it)")
 
 
 def _located(path: Path, issue: ConfigIssue) -> str:
@@ -350,7 +354,7 @@ def _located(path: Path, issue: ConfigIssue) -> str:
 def run_check(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
-        policies, issues = check_file(path)
+        policies, issues = check_file(path, import_hooks=args.import_hooks)
         if issues:
             failed += 1
             for issue in issues:
@@ -362,4 +366,8 @@ def run_check(args: argparse.Namespace) -> int:
                 print(json.dumps(policies.describe(), indent=2))
             elif not args.quiet:
                 print(f"{path}: OK ({policies.summary()})")
+            if policies.unchecked_hooks and not args.quiet:
+                print(f"{path}: hooks not imported, so unchecked: "
+                      f"{', '.join(policies.unchecked_hooks)} (--import-hooks imports them, "
+                      "running their code)", file=sys.stderr if args.json else sys.stdout)
     return 1 if failed else 0
