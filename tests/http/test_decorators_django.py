@@ -341,3 +341,17 @@ def test_django_callable_rate_decides_per_request_with_the_middleware(configure:
     assert codes(c, 3, "/other") == [200] * 3  # replace: the plans charged no default
     # None: no limits of the view's own, so the policy's apply (spent above).
     assert codes(c, 1, "/planned", headers={"X-Plan": "staff"}) == [429]
+
+
+def test_django_middleware_refuses_django_ratelimit_settings_it_cannot_honour(
+        configure: Any) -> None:
+    with override_settings(RATELIMIT_IP_META_KEY="HTTP_X_REAL_IP"):
+        c = configure(policy=DEFAULT)
+        with pytest.raises(ImproperlyConfigured, match=r"RATELIMIT_IP_META_KEY.*ClientIP"):
+            c.get("/search")
+    with override_settings(RATELIMIT_USE_CACHE="default"):
+        c = configure(policy=DEFAULT)  # no "store": counters would be per process
+        with pytest.raises(ImproperlyConfigured, match=r"RATELIMIT_USE_CACHE.*'store'"):
+            c.get("/search")
+        c = configure(policy=DEFAULT, store=MemoryStore())
+        assert codes(c, 1, "/search") == [200]

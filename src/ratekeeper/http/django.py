@@ -43,11 +43,12 @@ algorithm="fixed-window", burst=None, cost=None)`` takes django-ratelimit's argu
 `rate` is ``"5/m"``, ``"100/h"``, ``"10/s"``, ``"1000/d"``, ``"100/10"`` (a bare number:
 seconds), ``(count, seconds)`` (or any ratekeeper rate, a `Limit`, a list); ``"0/m"``:
 every request limited, None: not limited; a callable ``(group, request)`` answering one
-of these per request (or its dotted path); `key` is ``"ip"`` (the client IP, trusted proxies as the policy's
-`ClientIP` says), ``"user"`` / ``"user_or_ip"`` (the user's pk, else the client IP),
-``"header:<name>"``, ``"get:<name>"``, ``"post:<name>"``, a callable ``(group, request)``
-or its dotted path; `method` limits only those methods (None: all); `group` names the
-limits' state (default: the view's dotted name; views of one group share it).
+of these per request (or its dotted path); `key` is ``"ip"`` (the client IP, trusted
+proxies as the policy's `ClientIP` says), ``"user"`` / ``"user_or_ip"`` (the user's pk,
+else the client IP), ``"header:<name>"``, ``"get:<name>"``, ``"post:<name>"``, a callable
+``(group, request)`` or its dotted path; `method` limits only those methods (None: all);
+`group` names the limits' state (default: the view's dotted name; views of one group share
+it). `get_usage` and `is_ratelimited` read (or charge) those counters from a view's code.
 ``block=False`` lets a rejected request through with ``request.limited = True`` (False
 when admitted) for the view to handle. Stacked decorators add limits to one view (with one
 method, block and mode).
@@ -76,6 +77,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -98,16 +100,18 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess
         f"ratekeeper.http.django needs Django: pip install 'ratekeeper[django]' ({e})"
     ) from e
 
+from .. import core
+from .._rates import Rate
 from .._types import Limit
 from ..core import run
 from ..policy._request import ClientIP, KeyFunc, RequestInfo
 from ..stores import Store
 from ._decorators import Mode, Spec, header_key, make_limits
-from ._policy import HTTPPolicy, Outcome, RouteLimits, _Adapter
+from ._policy import HTTPPolicy, Outcome, RouteLimits, _Adapter, _Engine
 from .wsgi import SYNC, Sleep
 
 __all__ = ["ALL", "UNSAFE", "RateLimitMiddleware", "Ratelimited", "django_user", "exempt",
-           "ratelimit"]
+           "get_usage", "is_ratelimited", "ratelimit"]
 
 V = TypeVar("V", bound=Callable[..., Any])
 
@@ -227,6 +231,7 @@ class RateLimitMiddleware(_Adapter[Store, Sleep]):
                 f"settings.RATEKEEPER has unknown keys {sorted(unknown)}; "
                 f"known keys: {sorted(_KNOWN)}"
             )
+        _refuse_peer_settings(conf)
         self.get_response = get_response
         # Only the failure options given: a policies file refuses them (its own decide).
         failure = {k: conf[k] for k in ("failure", "fallback_share") if k in conf}
@@ -449,9 +454,82 @@ def ratelimit(group: str | None = None, key: str | Callable[[str, HttpRequest], 
     return decorate
 
 
+def get_usage(request: HttpRequest, group: str | None = None,
+              fn: Callable[..., Any] | None = None, *,
+              key: str | Callable[[str, HttpRequest], object] = "ip",
+              rate: DjangoRate | Callable[[str, HttpRequest], object] = None,
+              method: str | Collection[str] | None = ALL,
+              increment: bool = False) -> dict[str, Any] | None:
+    """django-ratelimit's ``get_usage``: the counter `group` (else `fn`'s dotted name, as
+    the decorator names it) keeps for `request`, charged one if `increment`, on the
+    decorator's own counters (``settings.RATEKEEPER``'s store, clock and failure policy).
+
+    None when nothing limits the request (rate None, a method not covered,
+    ``RATELIMIT_ENABLE = False``); else ``{"count", "limit", "should_limit",
+    "time_left"}``: `count` the units used in the window with this request (a rejected
+    request is counted here but, all-or-nothing, not charged), `should_limit` whether this
+    request is (``increment=False``: would be) refused, `time_left` whole seconds until it
+    would be admitted (refused) or the window is full again."""
+    if group is None and fn is None:
+        raise ImproperlyConfigured("get_usage needs group= or fn= (the view whose counters "
+                                   "to read)")
+    if not getattr(settings, "RATELIMIT_ENABLE", True):
+        return None
+    methods = None if method is None else (
+        [method.upper()] if isinstance(method, str) else [m.upper() for m in method])
+    if methods is not None and (request.method or "GET").upper() not in methods:
+        return None
+    if group is None:
+        assert fn is not None
+        target = fn.func if isinstance(fn, functools.partial) else fn
+        group = f"{target.__module__}.{target.__qualname__}"
+    if callable(rate):
+        rate = rate(group, request)  # type: ignore[assignment]
+    elif isinstance(rate, str) and "." in rate and not rate[:1].isdigit():
+        rate = import_string(rate)(group, request)
+    limits, zero = _rate_of(rate)  # type: ignore[arg-type]
+    if zero:
+        return {"count": 0, "limit": 0, "should_limit": True, "time_left": -1}
+    if limits is None:
+        return None
+    spec = Spec(group, make_limits(limits, endpoint=group, algorithm="fixed-window",
+                                   burst=None, name=None), _key(key, group), "replace", None)
+    adapter = _standalone()
+    engine = adapter.engine
+    assert isinstance(engine, _Engine)  # _standalone's policy is a Python HTTPPolicy
+    plan = engine.plan(_info(adapter, request), spec.route_limit())
+    if plan is None:  # an exempt network or key of the policy
+        return None
+    d = run(core.hit(engine.store, list(plan.extra), engine.clock(), engine.failure,
+                     consume=increment))
+    rate_used = (d.limit or spec.limits[0]).rate
+    limit = int(rate_used.amount if isinstance(rate_used, Rate) else 0)
+    used = limit - d.remaining - (1 if d.allowed and not increment else 0)
+    if not d.allowed and increment:
+        used += 1  # this request, refused and not charged
+    wait = d.reset_after if d.allowed or d.retry_after is None else d.retry_after
+    return {"count": used, "limit": limit, "should_limit": not d.allowed,
+            "time_left": math.ceil(wait)}
+
+
+def is_ratelimited(request: HttpRequest, group: str | None = None,
+                   fn: Callable[..., Any] | None = None, *,
+                   key: str | Callable[[str, HttpRequest], object] = "ip",
+                   rate: DjangoRate | Callable[[str, HttpRequest], object] = None,
+                   method: str | Collection[str] | None = ALL,
+                   increment: bool = False) -> bool:
+    """django-ratelimit's ``is_ratelimited``: `get_usage`'s ``should_limit`` (False when
+    nothing limits the request)."""
+    usage = get_usage(request, group, fn, key=key, rate=rate, method=method,
+                      increment=increment)
+    return usage is not None and bool(usage["should_limit"])
+
+
 # django-ratelimit's spellings: ``@ratelimit(..., method=ratelimit.UNSAFE)``.
 ratelimit.ALL = ALL  # type: ignore[attr-defined]
 ratelimit.UNSAFE = UNSAFE  # type: ignore[attr-defined]
+get_usage.ALL = is_ratelimited.ALL = ALL  # type: ignore[attr-defined]
+get_usage.UNSAFE = is_ratelimited.UNSAFE = UNSAFE  # type: ignore[attr-defined]
 
 
 def exempt(view: V) -> V:
@@ -473,7 +551,26 @@ class _Alone(_Adapter[Store, Sleep]):
 _alone: list[tuple[tuple[object, ...], _Alone]] = []
 #: django-ratelimit's settings the decorator alone reads.
 _PEER_SETTINGS = ("RATELIMIT_FAIL_OPEN", "RATELIMIT_IPV4_MASK", "RATELIMIT_IPV6_MASK",
-                  "RATELIMIT_IP_META_KEY")
+                  "RATELIMIT_IP_META_KEY", "RATELIMIT_USE_CACHE")
+
+
+def _refuse_peer_settings(conf: Mapping[str, Any]) -> None:
+    """django-ratelimit's settings that ratekeeper cannot honour as written, refused rather
+    than ignored (ignored, every client or every process would share one counter)."""
+    meta = getattr(settings, "RATELIMIT_IP_META_KEY", None)
+    if meta is not None:
+        raise ImproperlyConfigured(
+            f"RATELIMIT_IP_META_KEY = {meta!r}: ratekeeper believes a forwarding header "
+            "only from proxies it trusts; say which with settings.RATEKEEPER = "
+            "{'policy': HTTPPolicy(client_ip=ClientIP(trusted_proxies=['10.0.0.0/8'], "
+            "header='x-forwarded-for'))} and remove RATELIMIT_IP_META_KEY")
+    cache = getattr(settings, "RATELIMIT_USE_CACHE", None)
+    if cache is not None and conf.get("store") is None:
+        raise ImproperlyConfigured(
+            f"RATELIMIT_USE_CACHE = {cache!r}: ratekeeper keeps its counters in a store, "
+            "not a Django cache; give settings.RATEKEEPER = {'store': "
+            "RedisStore.from_url('redis://...')} (the cache's LOCATION) and remove "
+            "RATELIMIT_USE_CACHE")
 
 
 def _standalone() -> _Alone:
@@ -484,13 +581,8 @@ def _standalone() -> _Alone:
     made_for = (conf, *(getattr(settings, name, None) for name in _PEER_SETTINGS))
     if not _alone or any(a is not b for a, b in zip(_alone[0][0], made_for, strict=True)):
         c: Mapping[str, Any] = conf if isinstance(conf, Mapping) else {}
-        fail_open, v4, v6, meta = made_for[1:]
-        if meta is not None:
-            raise ImproperlyConfigured(
-                f"RATELIMIT_IP_META_KEY = {meta!r}: ratekeeper believes a forwarding header "
-                "only from proxies it trusts; say which with settings.RATEKEEPER = "
-                "{'policy': HTTPPolicy(client_ip=ClientIP(trusted_proxies=['10.0.0.0/8'], "
-                "header='x-forwarded-for'))} and remove RATELIMIT_IP_META_KEY")
+        _refuse_peer_settings(c)
+        fail_open, v4, v6 = made_for[1:4]
         policy = _resolve(c.get("policy"))
         # A Python policy's everything but its limits and routes (those need the
         # middleware); a policies file's client address is its own rules': the default,

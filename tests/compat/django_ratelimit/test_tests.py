@@ -5,6 +5,7 @@ the difference and docs/migration.md (django-ratelimit) gives the reason."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from django.test import RequestFactory, override_settings
 from django.utils.decorators import method_decorator
 from django.views.generic import View
 
-from ratekeeper.http.django import Ratelimited, ratelimit
+from ratekeeper.http.django import Ratelimited, get_usage, is_ratelimited, ratelimit
 from tests.http.conftest import DownStore
 
 rf = RequestFactory()
@@ -60,6 +61,20 @@ def test_simple(rate: str, expected: tuple[int, int]) -> None:
 
 
 # -- RatelimitTests ---------------------------------------------------------------------
+
+def test_no_key() -> None:
+    """django-ratelimit django_ratelimit/tests.py::RatelimitTests::test_no_key
+
+    Differs on purpose: `key` defaults to ``"ip"`` (django-ratelimit has no default and
+    raises ImproperlyConfigured at the first request); the view is limited by address."""
+    @ratelimit(rate="1/m", block=False)
+    def view(request: Any) -> bool:
+        return bool(request.limited)
+
+    assert [view(rf.get("/")) for _ in range(2)] == [False, True]
+
+
+# -- RatelimitTests (continued) ------------------------------------------------------------
 
 def test_ip() -> None:
     """django-ratelimit django_ratelimit/tests.py::RatelimitTests::test_ip"""
@@ -559,3 +574,156 @@ def test_alternate_header() -> None:
     with override_settings(RATELIMIT_IP_META_KEY="HTTP_X_CLIENT_IP"), \
             pytest.raises(ImproperlyConfigured, match="trusted_proxies"):
         view(_addr("1.2.3.4"))
+
+
+def test_default() -> None:
+    """django-ratelimit django_ratelimit/tests.py::IpMetaTests::test_default (its private
+    ``_get_ip``: the key a view keyed by ``"ip"`` counts under)."""
+    req = _addr("1.2.3.4")
+    assert get_usage(req, group="a", rate="1/m", increment=True) == {
+        "count": 1, "limit": 1, "should_limit": False, "time_left": 60}
+    assert is_ratelimited(_addr("1.2.3.4"), group="a", rate="1/m")
+    assert not is_ratelimited(_addr("1.2.3.5"), group="a", rate="1/m")
+
+
+@pytest.mark.parametrize("meta", ["fake", "tests.compat.django_ratelimit.test_tests.my_ip"])
+def test_bad_config(meta: str) -> None:
+    """django-ratelimit django_ratelimit/tests.py::IpMetaTests::test_bad_config, and
+    ::test_path_to_ip_key_callable, ::test_callable_ip_key (differ on purpose, as
+    test_alternate_header: refused, naming ``ClientIP(trusted_proxies=...)``)."""
+    with override_settings(RATELIMIT_IP_META_KEY=meta), \
+            pytest.raises(ImproperlyConfigured, match=r"RATELIMIT_IP_META_KEY.*trusted_proxies"):
+        is_ratelimited(_addr("1.2.3.4"), group="a", rate="1/m")
+
+
+def my_ip(req: Any) -> str:
+    return str(req.META["MY_THING"])
+
+
+# -- FunctionsTests ---------------------------------------------------------------------
+
+def test_is_ratelimited() -> None:
+    """django-ratelimit django_ratelimit/tests.py::FunctionsTests::test_is_ratelimited"""
+    not_increment = partial(is_ratelimited, increment=False, rate="1/m",
+                            method=is_ratelimited.ALL, key="ip", group="a")  # type: ignore[attr-defined]
+    assert not not_increment(rf.get("/"))
+    assert not not_increment(rf.get("/"))
+
+
+def test_is_ratelimited_increment() -> None:
+    """django-ratelimit django_ratelimit/tests.py::FunctionsTests::
+    test_is_ratelimited_increment"""
+    do_increment = partial(is_ratelimited, increment=True, rate="1/m",
+                           method=is_ratelimited.ALL, key="ip", group="a")  # type: ignore[attr-defined]
+    assert not do_increment(rf.get("/"))
+    assert do_increment(rf.get("/"))
+
+
+def test_get_usage() -> None:
+    """django-ratelimit django_ratelimit/tests.py::FunctionsTests::test_get_usage"""
+    _get_usage = partial(get_usage, method=get_usage.ALL, key="ip",  # type: ignore[attr-defined]
+                         rate="1/m", group="a")
+    usage = _get_usage(rf.get("/"))
+    assert usage is not None
+    assert usage["count"] == 0
+    assert usage["limit"] == 1
+    assert usage["time_left"] <= 60
+    assert not usage["should_limit"]
+
+
+def test_get_usage_increment() -> None:
+    """django-ratelimit django_ratelimit/tests.py::FunctionsTests::test_get_usage_increment"""
+    _get_usage = partial(get_usage, method=get_usage.ALL, key="ip",  # type: ignore[attr-defined]
+                         rate="1/m", group="a", increment=True)
+    _get_usage(rf.get("/"))
+    usage = _get_usage(rf.get("/"))
+    assert usage is not None
+    assert usage["count"] == 2
+    assert usage["limit"] == 1
+    assert usage["time_left"] <= 60
+    assert usage["should_limit"]
+
+
+def test_not_increment_after_increment() -> None:
+    """django-ratelimit django_ratelimit/tests.py::FunctionsTests::
+    test_not_increment_after_increment
+
+    Differs on purpose in `count`: the refused second request was not charged
+    (all-or-nothing), so the counter holds 1, where django-ratelimit's holds 2."""
+    _get_usage = partial(get_usage, method=get_usage.ALL, key="ip",  # type: ignore[attr-defined]
+                         rate="1/m", group="a")
+    _get_usage(rf.get("/"), increment=True)
+    _get_usage(rf.get("/"), increment=True)
+    usage = _get_usage(rf.get("/"))
+    assert usage is not None
+    assert usage["count"] == 1  # django-ratelimit: 2
+    assert usage["limit"] == 1
+    assert usage["time_left"] <= 60
+    assert usage["should_limit"]
+
+
+def test_get_usage_called_without_group_or_fn() -> None:
+    """django-ratelimit django_ratelimit/tests.py::FunctionsTests::
+    test_get_usage_called_without_group_or_fn"""
+    with pytest.raises(ImproperlyConfigured):
+        get_usage(rf.get("/"), key="ip")
+
+
+def test_get_usage_shares_the_decorators_counters() -> None:
+    """Not a peer test: `get_usage` with ``fn=`` reads the counters ``@ratelimit`` charges
+    (django-ratelimit's group naming: the view's dotted name)."""
+    def view(request: Any) -> bool:
+        return bool(request.limited)
+
+    limited_view = ratelimit(key="ip", rate="2/m", block=False)(view)
+    limited_view(rf.get("/"))
+    usage = get_usage(rf.get("/"), fn=view, rate="2/m")
+    assert usage is not None and usage["count"] == 1 and not usage["should_limit"]
+
+
+# -- CacheFailTests (continued) ---------------------------------------------------------
+
+def test_bad_cache() -> None:
+    """django-ratelimit django_ratelimit/tests.py::CacheFailTests::test_bad_cache
+
+    Differs on purpose: counters live in ``settings.RATEKEEPER["store"]``, not a Django
+    cache; ``RATELIMIT_USE_CACHE`` without a store is refused, naming the store setting
+    (ignored, each process would count on its own)."""
+    @ratelimit(key="ip", rate="1/m", block=False)
+    def view(request: Any) -> bool:
+        return bool(request.limited)
+
+    with override_settings(RATELIMIT_USE_CACHE="fake-cache", RATEKEEPER={}), \
+            pytest.raises(ImproperlyConfigured, match=r"RATELIMIT_USE_CACHE.*'store'"):
+        view(rf.post("/"))
+
+
+def test_is_ratelimited_cache_connection_error_without_increment() -> None:
+    """django-ratelimit django_ratelimit/tests.py::CacheFailTests::
+    test_is_ratelimited_cache_connection_error_without_increment"""
+    def not_increment(request: Any) -> bool:
+        return is_ratelimited(request, increment=False, method=is_ratelimited.ALL,  # type: ignore[attr-defined]
+                              key="ip", rate="1/m", group="a")
+
+    with override_settings(RATEKEEPER={"store": DownStore()}):
+        assert not not_increment(rf.get("/"))
+        assert not not_increment(rf.get("/"))
+
+
+@pytest.mark.parametrize("store", ["memcached", "redis"])
+def test_is_ratelimited_cache_connection_error_with_increment(store: str) -> None:
+    """django-ratelimit django_ratelimit/tests.py::CacheFailTests::
+    test_is_ratelimited_cache_connection_error_with_increment, and
+    ::test_is_ratelimited_cache_connection_error_with_increment_redis (one store fails as
+    any other). Differs on purpose by default (fail-open, as
+    test_limit_on_cache_connection_error): django-ratelimit's closed default is
+    ``RATELIMIT_FAIL_OPEN = False``."""
+    def do_increment(request: Any) -> bool:
+        return is_ratelimited(request, increment=True, method=is_ratelimited.ALL,  # type: ignore[attr-defined]
+                              key="ip", rate="1/m", group="a")
+
+    with override_settings(RATEKEEPER={"store": DownStore()}):
+        assert not do_increment(rf.get("/"))
+        with override_settings(RATELIMIT_FAIL_OPEN=False):
+            assert do_increment(rf.get("/"))
+            assert do_increment(rf.get("/"))
