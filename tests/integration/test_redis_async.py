@@ -588,8 +588,8 @@ async def test_retry_or_health_check_options_keep_redis_pys_commands(
         standalone: StoreTarget) -> None:
     # The store's own connections would not apply them: given (or in the URL), a store made
     # by `from_url` sends through redis-py's command path, which does.
-    from redis.backoff import NoBackoff  # noqa: PLC0415
     from redis.asyncio.retry import Retry  # noqa: PLC0415
+    from redis.backoff import NoBackoff  # noqa: PLC0415
 
     assert open_store(standalone)._wire is not None
     for options in ({"retry": Retry(NoBackoff(), 2)}, {"health_check_interval": 5},

@@ -7,6 +7,7 @@ import asyncio
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -14,8 +15,9 @@ import redis.asyncio
 import uvloop
 
 from ratekeeper import AsyncLimiter, Limit
-from ratekeeper._errors import StoreUnavailable
-from ratekeeper.stores.redis import AsyncRedisStore
+from ratekeeper._errors import StoreError, StoreUnavailable
+from ratekeeper.stores._lua import CHECK, LIBRARY, ONE
+from ratekeeper.stores.redis import AsyncRedisStore, RedisStore
 from ratekeeper.testing import ManualClock
 from tests.integration.conftest import FUNCTIONAL_TIMEOUT
 from tests.servers import RedisServer
@@ -166,3 +168,50 @@ def test_a_store_used_from_two_running_loops_is_refused_with_a_clear_error(
         other.call_soon_threadsafe(other.stop)
         thread.join(10)
         other.close()
+
+
+def answering_garbage(server: RedisServer) -> None:
+    """Replace the store's library on `server` (a private one) with functions of the same
+    names that answer what no script of ours does: every FCALL's reply is unreadable."""
+    name = LIBRARY.split("name=", 1)[1].split()[0]
+    functions = {CHECK.fn, *(s.fn for s in ONE.values() if s.fn)}
+    body = "\n".join(f"redis.register_function('{fn}', function(k, a) return 'garbage' end)"
+                     for fn in sorted(functions))
+    with server.admin() as admin:
+        admin.execute_command("FUNCTION", "LOAD", "REPLACE", f"#!lua name={name}\n{body}")
+
+
+LIMITS = [Limit("gcra", "10/s", burst=10, name="a"), Limit("token-bucket", "5/s", name="b")]
+
+
+def test_an_unreadable_reply_is_counted_and_reported_by_the_sync_store(
+        server_factory: Callable[..., RedisServer]) -> None:
+    # The docstring: on_error gets "every StoreError / StoreUnavailable the store raises"
+    # and stats counts them; a reply that failed to parse reached neither.
+    server = server_factory("redis")
+    seen: list[StoreError] = []
+    store = RedisStore.from_url(server.url, timeout=FUNCTIONAL_TIMEOUT, on_error=seen.append,
+                                prefix=f"rk-edges-{uuid.uuid4().hex[:8]}:")
+    try:
+        store.decide([(lim, "k", 1.0) for lim in LIMITS], 0.0)  # (loads the library)
+        answering_garbage(server)
+        with pytest.raises(StoreError, match="unexpected reply") as raised:
+            store.decide([(lim, "k", 1.0) for lim in LIMITS], 0.0)
+        assert seen == [raised.value]
+        assert store.stats.errors == 1
+        assert store.breaker.state == "closed"
+    finally:
+        store.close()
+
+
+async def test_an_unreadable_reply_is_counted_and_reported_by_the_asyncio_store(
+        server_factory: Callable[..., RedisServer]) -> None:
+    server = server_factory("redis")
+    seen: list[StoreError] = []
+    async with open_store(server, on_error=seen.append) as store:
+        await store.adecide([(lim, "k", 1.0) for lim in LIMITS], 0.0)
+        answering_garbage(server)
+        with pytest.raises(StoreError, match="unexpected reply") as raised:
+            await store.adecide([(lim, "k", 1.0) for lim in LIMITS], 0.0)
+        assert seen == [raised.value]
+        assert store.stats.errors == 1

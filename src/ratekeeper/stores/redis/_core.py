@@ -7,6 +7,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, NamedTuple, TypedDict, TypeVar
 
@@ -288,6 +289,8 @@ class _RedisCore:
         self._single_call = not cluster and self._deny is None
         self.on_error = on_error
         self.stats = RedisStoreStats()
+        #: The errors counted and handed to `on_error` already (`_misread` skips them).
+        self._reported: weakref.WeakSet[StoreError] = weakref.WeakSet()
         self._describe = describe
         self._params: dict[int, tuple[Limit, list[str], list[str], str]] = {}
         self._client: Any = None  # the driver's redis-py client
@@ -787,23 +790,33 @@ class _RedisCore:
         else:
             breaker.success()  # it answered: reachable
         log.debug("Redis store call failed: %s", err)
+        self._reported.add(err)
+        self._tell(err)
+        return err
+
+    def _misread(self, err: StoreError) -> None:
+        """Count `err`, raised reading a reply the server gave (the call itself went well),
+        in `stats.errors` and hand it to `on_error`, as `_failed` does a call's errors;
+        unless it is one of those (thrown back into a plan, which raised it on)."""
+        if err not in self._reported:
+            self.stats.errors += 1
+            self._reported.add(err)
+            self._tell(err)
+
+    def _tell(self, err: StoreError) -> None:
         if self.on_error is not None:
             try:
                 self.on_error(err)
             except Exception:  # a broken hook must not break rate limiting
                 log.exception("on_error hook raised")
-        return err
 
     def _short_circuit(self, breaker: CircuitBreaker) -> None:
         try:
             breaker.before()
         except StoreUnavailable as e:
             self.stats.short_circuited += 1
-            if self.on_error is not None:
-                try:
-                    self.on_error(e)
-                except Exception:
-                    log.exception("on_error hook raised")
+            self._reported.add(e)
+            self._tell(e)
             raise
 
     # -- deny cache -------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import redis.asyncio.cluster
 import redis.cluster
 import redis.exceptions as rex
 
-from ..._errors import ConfigError, StoreUnavailable
+from ..._errors import ConfigError, StoreError, StoreUnavailable
 from ..._memo import Memo
 from ..._types import GLOBAL_KEY, Decision, Limit
 from .._base import Check
@@ -191,9 +191,13 @@ class RedisStore(_RedisCore):
             return self._raised(breaker, e)
 
     def _run(self, plan: _Plan[T]) -> T:
-        done, x = _advance(plan, None)
-        while not done:
-            done, x = _advance(plan, self._attempt(x))
+        try:
+            done, x = _advance(plan, None)
+            while not done:
+                done, x = _advance(plan, self._attempt(x))
+        except StoreError as e:  # (a reply the plan could not read, or a call's, reported)
+            self._misread(e)
+            raise
         return x  # type: ignore[no-any-return]
 
     # -- the Store protocol -----------------------------------------------------------------
@@ -258,7 +262,11 @@ class RedisStore(_RedisCore):
                 raise failed(breaker, e) from e
             if not breaker.clean:
                 breaker.success()
-            return parse(reply, limit, cost)
+            try:
+                return parse(reply, limit, cost)
+            except StoreError as e:
+                self._misread(e)
+                raise
 
         return decide_bound
 
@@ -317,7 +325,11 @@ class RedisStore(_RedisCore):
                 raise failed(breaker, e) from e
             if not breaker.clean:
                 breaker.success()
-            return parse(reply, shape)[0]
+            try:
+                return parse(reply, shape)[0]
+            except StoreError as e:
+                self._misread(e)
+                raise
 
         return decide_all
 
@@ -341,7 +353,11 @@ class RedisStore(_RedisCore):
                 raise self._failed(breaker, e) from e
             if not breaker.clean:
                 breaker.success()
-            decisions, at, _ = self._parse_check(reply, checks)
+            try:
+                decisions, at, _ = self._parse_check(reply, checks)
+            except StoreError as e:
+                self._misread(e)
+                raise
             return decisions, at
         return self._run(self._decide_cached_plan(checks, now, consume))
 
@@ -1317,9 +1333,13 @@ class AsyncRedisStore(_RedisCore):
         return list(await pipe.execute(raise_on_error=False))
 
     async def _run(self, plan: _Plan[T]) -> T:
-        done, x = _advance(plan, None)
-        while not done:
-            done, x = _advance(plan, await self._attempt(x))
+        try:
+            done, x = _advance(plan, None)
+            while not done:
+                done, x = _advance(plan, await self._attempt(x))
+        except StoreError as e:  # (a reply the plan could not read, or a call's, reported)
+            self._misread(e)
+            raise
         return x  # type: ignore[no-any-return]
 
     # -- the AsyncStore protocol (each method: see `RedisStore`'s without the ``a``) ---------
@@ -1334,12 +1354,17 @@ class AsyncRedisStore(_RedisCore):
         if self._deny is not None:
             return functools.partial(self.adecide_one, limit)
         one_call, attempt, parse = self._one_call, self._attempt, _PARSE_ONE[limit.algorithm]
+        misread = self._misread
 
         async def decide(key: str, cost: float, now: float) -> Decision:
             ok, value = await attempt(one_call(limit, key, cost, now))
             if not ok:
                 raise value
-            return parse(value, limit, cost)
+            try:
+                return parse(value, limit, cost)
+            except StoreError as e:
+                misread(e)
+                raise
 
         if self.cluster:  # (a breaker per node: `_attempt` finds it)
             return decide
@@ -1363,8 +1388,13 @@ class AsyncRedisStore(_RedisCore):
                     else [c, *rest]
             else:
                 args = [repr(float(now)) if client_clock else b"", c, min_ms, grace_ms, *params]
-            return parse(await call_server(new_call(_Call, (script, [f"{head}{key}{tail}"],
-                                                             args, ""))), limit, cost)
+            reply = await call_server(new_call(_Call, (script, [f"{head}{key}{tail}"], args,
+                                                       "")))
+            try:
+                return parse(reply, limit, cost)
+            except StoreError as e:
+                misread(e)
+                raise
 
         return decide_one
 
@@ -1391,7 +1421,11 @@ class AsyncRedisStore(_RedisCore):
             return await self._run(self._decide_cached_plan(checks, now, consume))
         # One server, no deny cache: `_decide_plan`'s one call, without the plan.
         reply = await self._call_server(self._check_call(checks, self._now_arg(now), consume))
-        decisions, at, _ = self._parse_check(reply, checks)
+        try:
+            decisions, at, _ = self._parse_check(reply, checks)
+        except StoreError as e:
+            self._misread(e)
+            raise
         return decisions, at
 
     async def arefund(self, checks: Sequence[Check], now: float, at: float) -> None:
