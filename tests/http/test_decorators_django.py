@@ -4,7 +4,9 @@ without it the decorator alone limits the view. This module is its own URLconf."
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -345,13 +347,37 @@ def test_django_callable_rate_decides_per_request_with_the_middleware(configure:
 
 def test_django_middleware_refuses_django_ratelimit_settings_it_cannot_honour(
         configure: Any) -> None:
-    with override_settings(RATELIMIT_IP_META_KEY="HTTP_X_REAL_IP"):
-        c = configure(policy=DEFAULT)
-        with pytest.raises(ImproperlyConfigured, match=r"RATELIMIT_IP_META_KEY.*ClientIP"):
-            c.get("/search")
+    c = configure(policy=DEFAULT)  # no "store": counters would be per process
+    with override_settings(RATELIMIT_IP_META_KEY="HTTP_X_REAL_IP"), \
+            pytest.raises(ImproperlyConfigured, match=r"RATELIMIT_IP_META_KEY.*ClientIP"):
+        c.get("/search")
+    with override_settings(RATELIMIT_USE_CACHE="default"), \
+            pytest.raises(ImproperlyConfigured, match=r"RATELIMIT_USE_CACHE.*'store'"):
+        c.get("/search")
+    c = configure(policy=DEFAULT, store=MemoryStore())
     with override_settings(RATELIMIT_USE_CACHE="default"):
-        c = configure(policy=DEFAULT)  # no "store": counters would be per process
-        with pytest.raises(ImproperlyConfigured, match=r"RATELIMIT_USE_CACHE.*'store'"):
-            c.get("/search")
-        c = configure(policy=DEFAULT, store=MemoryStore())
         assert codes(c, 1, "/search") == [200]
+
+
+def test_django_example_project_uses_django_ratelimit_idioms(clock: ManualClock) -> None:
+    """examples/django_project: the login view (stacked, block=False) and the class-based
+    view (method_decorator) are limited under the project's middleware and policy."""
+    project = str(Path(__file__).parents[2] / "examples" / "django_project")
+    sys.path.insert(0, project)
+    try:
+        example = importlib.import_module("example_site.settings")
+        conf = dict(example.RATEKEEPER, clock=clock, store=MemoryStore())
+        with override_settings(ROOT_URLCONF=example.ROOT_URLCONF,
+                               MIDDLEWARE=example.MIDDLEWARE, RATEKEEPER=conf):
+            c = Client(REMOTE_ADDR="203.0.113.7")
+            got = [c.post("/login/", {"username": "ann"}) for _ in range(6)]
+            assert [r.status_code for r in got] == [200] * 5 + [429]
+            assert json.loads(got[5].content)["error"].startswith("too many attempts")
+            assert c.post("/login/", {"username": "bob"}).status_code == 200
+            clock.advance(2)  # the policy's per-client bucket (5/s, bursts of 10) refills
+            assert codes(c, 4, "/comments/", "post") == [201, 201, 201, 429]
+            assert codes(c, 4, "/comments/") == [200] * 4  # GET: the policy's limits only
+            clock.advance(60)
+            assert codes(c, 1, "/comments/", "post") == [201]
+    finally:
+        sys.path.remove(project)
