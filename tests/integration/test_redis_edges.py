@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -16,7 +18,11 @@ import uvloop
 
 from ratekeeper import AsyncLimiter, Limit
 from ratekeeper._errors import StoreError, StoreUnavailable
+from ratekeeper.policy._engine import Engine
+from ratekeeper.policy._rules import DescriptorRequest
+from ratekeeper.service import parse_policies
 from ratekeeper.stores._lua import CHECK, LIBRARY, ONE
+from ratekeeper.stores.memory import MemoryStore
 from ratekeeper.stores.redis import AsyncRedisStore, RedisStore
 from ratekeeper.testing import ManualClock
 from tests.integration.conftest import FUNCTIONAL_TIMEOUT
@@ -215,3 +221,56 @@ async def test_an_unreadable_reply_is_counted_and_reported_by_the_asyncio_store(
             await store.adecide([(lim, "k", 1.0) for lim in LIMITS], 0.0)
         assert seen == [raised.value]
         assert store.stats.errors == 1
+
+
+def retained_bytes(memo: dict[Any, Any]) -> int:
+    """What `memo`'s entries keep alive, measured (not the memo's own accounting): its keys
+    and values, through the containers in them, each object once; not the objects of the
+    policies (limits, rules, snapshots), which the memo shares with them."""
+    seen: set[int] = set()
+    total = 0
+    todo: list[object] = [*memo.keys(), *memo.values()]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or not isinstance(obj, (tuple, list, dict, str, bytes, int, float)):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            todo += [*obj.keys(), *obj.values()]
+        elif isinstance(obj, (tuple, list)):
+            todo += obj
+    return total
+
+
+async def test_the_packed_command_memo_is_bounded_in_bytes(redis_server: RedisServer) -> None:
+    # 10,000 distinct 53 KB /v1/check requests took `serve --store redis://` from 63 MB to
+    # 1,023 MB: the memo was bounded by count alone. 700 distinct calls of ~50 KB each
+    # (100 keys of ~500 characters) are 35 MB of packed bytes, and as much again of keys.
+    limit = Limit("gcra", "1000/s", burst=1000)
+    async with open_store(redis_server) as store:
+        for call in range(700):
+            checks = [(limit, f"{call:04}-{i:03}-" + "k" * 480, 1.0) for i in range(100)]
+            decisions, _ = await store.adecide(checks, 0.0)
+            assert all(d.allowed for d in decisions)
+        memo = store._wire._packed
+        assert memo is not None and len(memo) > 100  # (large calls are remembered too)
+        assert retained_bytes(memo) <= 32 << 20
+        assert retained_bytes(memo) <= memo.held <= memo.max_bytes  # (over, not under)
+
+
+async def test_the_plan_memos_are_bounded_in_bytes() -> None:
+    # The engine's memos of plans and of plain checks, by request: 10,000 requests of 53 KB
+    # each held as much again, and more, of entries and the counter keys built from them.
+    snap = parse_policies({"domains": {"d": {"descriptors": [{"key": "user", "limits": [
+        {"algorithm": "gcra", "rate": "10/s"}, {"rate": "100/minute"}]}]}}})
+    engine = Engine(lambda: snap, MemoryStore(), clock=ManualClock(0.0))
+    for request in range(600):  # (each 60 descriptors of ~880 characters: ~53 KB)
+        descriptors = [DescriptorRequest((("user", f"{request:04}-{i:03}-" + "u" * 870),))
+                       for i in range(60)]
+        assert (await engine.check("d", descriptors)).allowed
+        engine.simple_checks(snap, "d", descriptors, 1.0)
+    for memo in (engine._plans, engine._simple):
+        assert len(memo) > 10  # (large requests are remembered too)
+        assert retained_bytes(memo) <= 32 << 20
+        assert retained_bytes(memo) <= memo.held <= memo.max_bytes  # (over, not under)

@@ -85,9 +85,25 @@ MAX_VALUE_CHARS = 1024
 #: distinct (domain, requests_per_unit, unit), so that any number of distinct overrides keeps
 #: memory bounded, as `--max-keys` bounds the key tables.
 OVERRIDE_CACHE_SIZE = 1024
-#: Plain requests whose store checks an engine remembers (a dict cleared when full: cheaper
-#: per hit than an LRU, and a returning client is back in it after one request).
+#: Plain requests whose store checks (and plans) an engine remembers (`Memo`s: cheaper per
+#: hit than an LRU), at most this many and at most PLAN_MEMO_BYTES of them.
 SIMPLE_CACHE_SIZE = 10_000
+#: The bytes the entries of each of those memos hold at most, as `_entries_bytes` estimates
+#: them: 10,000 plain requests of a few short descriptors fit (~1-2 KB each); requests as
+#: large as the limits allow (a 53 KB /v1/check) are a few hundred, or not remembered, instead
+#: of 10,000 of them holding a gigabyte.
+PLAN_MEMO_BYTES = 32 << 20
+
+
+def _entries_bytes(descriptors: Sequence[DescriptorRequest], checks: int) -> int:
+    """The bytes a memo entry for `descriptors` holds, roughly (over rather than under): its
+    key's entries, the counter keys built from them (`checks` of them over all, each as long
+    as its descriptor's entries at most), and each object's own size."""
+    chars = 0
+    for d in descriptors:
+        chars += sum(len(k) + len(v) + 120 for k, v in d.entries)
+    per_descriptor = checks / max(1, len(descriptors))
+    return int(chars * (2 + per_descriptor)) + 400 * (len(descriptors) + checks) + 500
 #: The name of every override's rule (and its `rule` metric label).
 OVERRIDE_RULE = "{override}"
 
@@ -277,11 +293,12 @@ class Engine:
         self._last_error = ""
         self._overrides: OrderedDict[tuple[str, int, str], Rule] = OrderedDict()
         #: `simple_checks` answers by (snapshot, domain, hits, descriptors).
-        self._simple: dict[tuple[object, ...],
-                           tuple[Policies, tuple[list[Check], tuple[Limit, ...]]]] = {}
+        self._simple: Memo[tuple[object, ...],
+                           tuple[Policies, tuple[list[Check], tuple[Limit, ...]]]] = \
+            Memo(SIMPLE_CACHE_SIZE, PLAN_MEMO_BYTES)
         #: `plan`'s checks before the store calls, by (snapshot, domain, hits, descriptors).
         self._plans: Memo[tuple[object, ...], tuple[Policies, _Prepared]] = \
-            Memo(SIMPLE_CACHE_SIZE)
+            Memo(SIMPLE_CACHE_SIZE, PLAN_MEMO_BYTES)
         self._plans_of: Policies | None = None  # the snapshot `_plans` holds plans of
         # The exact MemoryStore (not a subclass, which may override its async methods alone)
         # is driven with plain calls: the same answers, without a coroutine per store call.
@@ -489,7 +506,9 @@ class Engine:
                 if self._plans_of is not snap:  # a reload: the old snapshot's plans are dead
                     self._plans.clear()
                     self._plans_of = snap
-                self._plans.put(memo, (snap, (plans, enforced, failures, shadow, dict(looks))))
+                self._plans.put(memo, (snap, (plans, enforced, failures, shadow, dict(looks))),
+                                _entries_bytes(descriptors,
+                                               len(enforced) + len(shadow) + len(looks)))
 
         now = self.clock()
         if len(plans) == 1 and enforced and not shadow and not looks and not failures:
@@ -656,10 +675,8 @@ class Engine:
         out = (list(checks.values()), tuple(limits.values()))
         if cacheable:
             # The same descriptors on the same snapshot make the same checks (a returning
-            # client): remembered, at most SIMPLE_CACHE_SIZE of them.
-            if len(self._simple) >= SIMPLE_CACHE_SIZE:
-                self._simple.clear()
-            self._simple[ck] = (snap, out)
+            # client): remembered, at most SIMPLE_CACHE_SIZE of them (PLAN_MEMO_BYTES).
+            self._simple.put(ck, (snap, out), _entries_bytes(descriptors, len(checks)))
         return out
 
     def _one_rule(self, snap: Policies, domain: str, plan: _RulePlan,

@@ -510,6 +510,12 @@ class _Deadlines:
             self._timer = loop.call_at(soonest, self._expire, loop)
 
 
+#: The bytes `_Wire`'s packed script calls hold at most (`Memo`): 10,000 composite calls of
+#: short keys fit (~1-3 KB each); calls as large as the limits allow (a 53 KB key) are a few
+#: hundred, or not remembered, instead of 10,000 of them holding a gigabyte (issue 28).
+PACKED_MEMO_BYTES = 32 << 20
+
+
 class _Wire:
     """An asyncio store's own connections to its one server, for every command it sends
     when the store made its client (`from_url`; not a cluster's): a round trip is
@@ -542,7 +548,8 @@ class _Wire:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.keep = keep
         #: Script calls as packed, by their arguments (`exchange`), when `remember`.
-        self._packed: Memo[tuple[Any, ...], bytes] | None = Memo(10_000) if remember else None
+        self._packed: Memo[tuple[Any, ...], bytes] | None = \
+            Memo(10_000, PACKED_MEMO_BYTES) if remember else None
 
     async def exchange(self, commands: Sequence[tuple[Any, ...]],
                        remember: bool = False) -> list[Any]:
@@ -604,7 +611,9 @@ class _Wire:
             wire = memo.get(args)
             if wire is None:
                 wire = b"".join(conn.pack_command(*args))
-                memo.put(args, wire)
+                # (what it holds: the bytes packed, the arguments they were packed from,
+                # about as long, and each object's own size)
+                memo.put(args, wire, 2 * len(wire) + 80 * len(args) + 100)
             packed.append(wire)
         return packed
 
