@@ -89,6 +89,7 @@ try:
         ImproperlyConfigured,
         PermissionDenied,
     )
+    from django.core.signals import setting_changed  # type: ignore[import-untyped]
     from django.http import (  # type: ignore[import-untyped]
         HttpRequest,
         HttpResponse,
@@ -326,7 +327,7 @@ class _View:
         """The request's decorator limits (None: none apply) and whether the rate is zero."""
         if self.methods is not None and (request.method or "GET").upper() not in self.methods:
             return None, False
-        if not getattr(settings, "RATELIMIT_ENABLE", True):
+        if not _enabled():
             return None, False
         spec: Spec | bool | None = self.spec
         if self.rate_of is not None:
@@ -473,7 +474,7 @@ def get_usage(request: HttpRequest, group: str | None = None,
     if group is None and fn is None:
         raise ImproperlyConfigured("get_usage needs group= or fn= (the view whose counters "
                                    "to read)")
-    if not getattr(settings, "RATELIMIT_ENABLE", True):
+    if not _enabled():
         return None
     methods = None if method is None else (
         [method.upper()] if isinstance(method, str) else [m.upper() for m in method])
@@ -547,8 +548,9 @@ class _Alone(_Adapter[Store, Sleep]):
     _kind = SYNC
 
 
-#: The one adapter, with the settings it was made for.
-_alone: list[tuple[tuple[object, ...], _Alone]] = []
+#: The one adapter, made at the first request from the settings; forgotten when one of
+#: them changes (``override_settings`` in tests), so a request reads no setting.
+_alone: list[_Alone] = []
 #: django-ratelimit's settings the decorator alone reads.
 _PEER_SETTINGS = ("RATELIMIT_FAIL_OPEN", "RATELIMIT_IPV4_MASK", "RATELIMIT_IPV6_MASK",
                   "RATELIMIT_IP_META_KEY", "RATELIMIT_USE_CACHE")
@@ -577,12 +579,11 @@ def _standalone() -> _Alone:
     """The adapter for ``settings.RATEKEEPER`` without its default limits: its store,
     clock, failure policy and the policy's client address (trusted proxies, prefixes),
     made again when the setting changes (e.g. under ``override_settings``)."""
-    conf = getattr(settings, "RATEKEEPER", None)
-    made_for = (conf, *(getattr(settings, name, None) for name in _PEER_SETTINGS))
-    if not _alone or any(a is not b for a, b in zip(_alone[0][0], made_for, strict=True)):
+    if not _alone:
+        conf = getattr(settings, "RATEKEEPER", None)
         c: Mapping[str, Any] = conf if isinstance(conf, Mapping) else {}
         _refuse_peer_settings(c)
-        fail_open, v4, v6 = made_for[1:4]
+        fail_open, v4, v6 = (getattr(settings, name, None) for name in _PEER_SETTINGS[:3])
         policy = _resolve(c.get("policy"))
         # A Python policy's everything but its limits and routes (those need the
         # middleware); a policies file's client address is its own rules': the default,
@@ -602,5 +603,27 @@ def _standalone() -> _Alone:
                              **failure)
         except (TypeError, ValueError) as e:
             raise ImproperlyConfigured(f"settings.RATEKEEPER: {e}") from e
-        _alone[:] = [(made_for, adapter)]
-    return _alone[0][1]
+        _alone[:] = [adapter]
+    return _alone[0]
+
+
+#: ``settings.RATELIMIT_ENABLE`` as read at the first request (a missing setting costs
+#: Django an exception per read); forgotten as `_alone` is.
+_enable: list[bool] = []
+
+
+def _enabled() -> bool:
+    if not _enable:
+        _enable.append(bool(getattr(settings, "RATELIMIT_ENABLE", True)))
+    return _enable[0]
+
+
+def _forget(*, setting: str, **_: Any) -> None:
+    """Django's `setting_changed`: the adapter is made again for the new settings."""
+    if setting == "RATEKEEPER" or setting in _PEER_SETTINGS:
+        _alone.clear()
+    elif setting == "RATELIMIT_ENABLE":
+        _enable.clear()
+
+
+setting_changed.connect(_forget)
