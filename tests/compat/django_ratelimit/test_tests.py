@@ -727,3 +727,17 @@ def test_is_ratelimited_cache_connection_error_with_increment(store: str) -> Non
         with override_settings(RATELIMIT_FAIL_OPEN=False):
             assert do_increment(rf.get("/"))
             assert do_increment(rf.get("/"))
+
+
+def test_cache_timeout() -> None:
+    """django-ratelimit django_ratelimit/tests.py::CacheFailTests::test_cache_timeout
+
+    Differs on purpose: there are no Django cache backends, so no ``DummyCache`` that
+    forgets every count; a never-limited view is ``RATELIMIT_ENABLE = False``."""
+    @ratelimit(key="ip", rate="1/m")
+    def view(request: Any) -> bool:
+        return True
+
+    with override_settings(RATELIMIT_ENABLE=False):
+        assert view(rf.get("/"))
+        assert view(rf.get("/"))
