@@ -25,7 +25,7 @@ from ratekeeper.service._stats import PrometheusStats
 from ratekeeper.service.proto.envoy.service.ratelimit.v3 import rls_pb2
 from ratekeeper.testing import ManualClock
 
-from .test_engine import BrokenStore
+from .test_engine import BrokenStore, desc
 from .test_fast_paths import POLICIES, _call
 
 DEGRADED = "X-RateLimit-Degraded"
@@ -50,7 +50,8 @@ def _request(user: str) -> bytes:
 def _grpc(servicer: RateLimitServicer, data: bytes) -> rls_pb2.RateLimitResponse:
     # The context is only used to abort (an error); these calls are answered.
     answer = asyncio.run(servicer.ShouldRateLimit(data, None))
-    return rls_pb2.RateLimitResponse.FromString(answer)
+    resp: rls_pb2.RateLimitResponse = rls_pb2.RateLimitResponse.FromString(answer)
+    return resp
 
 
 def _headers(resp: rls_pb2.RateLimitResponse) -> dict[str, str]:
@@ -115,8 +116,6 @@ def test_fail_open_http_check_answer_lists_the_degraded_field() -> None:
 
 def test_degraded_check_answer_is_the_general_encoding_byte_for_byte() -> None:
     service, _, _ = _service()
-    from .test_engine import desc  # noqa: PLC0415
-
     res = asyncio.run(service.engine.check("t", [desc(("user", "degraded-bytes"))]))
     assert res.degraded
     assert check_answer(res) == dumps(result_json(res))
