@@ -10,6 +10,7 @@ all-or-nothing (``mode="add"``), or the endpoint's alone (``"replace"``), or non
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -17,11 +18,12 @@ from typing import Any, Literal, TypeVar
 from .._types import Limit
 from ..policy._http import BUILTIN_ATTRIBUTES
 from ..policy._request import KeyFunc, RequestInfo
-from ._policy import RouteLimit, _Engine, _PoliciesEngine
+from ._policy import Cost, RouteLimit, _Engine, _PoliciesEngine
 
 Mode = Literal["add", "replace"]
-#: What a decorator takes as its limits: a rate string (``"5/minute"``), a `Limit`, or a
-#: list of either.
+#: What a decorator takes as its limits: a rate string (``"5/minute"``; several are
+#: separated by ``;``, ``,`` or ``|`` as flask-limiter and slowapi write them:
+#: ``"100 per hour;10/minute"``), a `Limit`, or a list of either.
 LimitSpec = str | Limit | Sequence[str | Limit]
 #: A decorator's key: an attribute name, ``"header:<name>"`` or a function of the request.
 KeySpec = str | KeyFunc
@@ -47,11 +49,26 @@ def endpoint_name(func: Callable[..., Any]) -> str:
     return str(getattr(func, "__name__", None) or repr(func))
 
 
+_RATE_SEPARATORS = re.compile(r"[;,|]")
+
+
+def _rate_strings(items: Sequence[str | Limit]) -> list[str | Limit]:
+    """`items` with each string of several rates (``"100 per hour;10/minute"``) split."""
+    out: list[str | Limit] = []
+    for item in items:
+        if isinstance(item, str):
+            out.extend(p.strip() for p in _RATE_SEPARATORS.split(item) if p.strip())
+        else:
+            out.append(item)
+    return out
+
+
 def make_limits(limits: LimitSpec, *, endpoint: str, algorithm: str, burst: float | None,
                 name: str | None) -> list[Limit]:
     """`limits` as `Limit` objects: a rate string becomes ``Limit(algorithm, rate, burst,
-    name=...)``, named `name` or ``"<endpoint>:<rate>"`` (limits of one name share state)."""
-    items: Sequence[str | Limit] = [limits] if isinstance(limits, (str, Limit)) else limits
+    name=...)``, named `name` or ``"<endpoint>:<rate>"`` (limits of one name share state;
+    the rate as written, its spaces made ``_``: ``"search:10_per_minute"``)."""
+    items = _rate_strings([limits] if isinstance(limits, (str, Limit)) else limits)
     if not items:
         raise ValueError(f"limits of {endpoint!r}: give a rate such as '5/minute' or Limit "
                          "objects, or use exempt")
@@ -62,7 +79,7 @@ def make_limits(limits: LimitSpec, *, endpoint: str, algorithm: str, burst: floa
             out.append(item)
         elif isinstance(item, str):
             lname = name if name is not None and strings == 1 else (
-                f"{name or endpoint}:{item.strip()}")
+                f"{name or endpoint}:{'_'.join(item.split())}")
             out.append(Limit(algorithm, item, burst=burst, name=lname))
         else:
             raise TypeError(f"limits of {endpoint!r}: expected a rate string such as "
@@ -81,20 +98,21 @@ class Spec:
     limits: list[Limit]
     key: KeySpec
     mode: Mode
-    cost: float | None
+    cost: Cost | None
     exempt: bool = False
     others: list[Spec] | None = None  # stacked decorators with another key or cost
     route: tuple[RouteLimit, ...] | None = None
 
     def add(self, other: Spec) -> None:
-        if self.exempt or other.exempt:
-            raise ValueError(f"{self.endpoint!r} is both exempt and limited; use one")
+        self.route = None
+        if self.exempt or other.exempt:  # exempt wins, in either order (as flask-limiter's)
+            self.exempt = True
+            return
         if self.mode != other.mode:
             raise ValueError(
                 f"the limits stacked on {self.endpoint!r} differ in mode ({self.mode!r} and "
                 f"{other.mode!r}); an endpoint's limits add to the policy's or replace them: "
                 "give them the same mode")
-        self.route = None
         for spec in (self, *(self.others or ())):
             if (spec.key, spec.cost) == (other.key, other.cost):
                 spec.limits = [*other.limits, *spec.limits]
@@ -155,6 +173,15 @@ class Registry:
         else:
             self.specs[func] = spec
 
+    def move(self, func: object, target: object) -> None:
+        """Let `target` (the guard wrapping `func`) take over what `func` was given (a view
+        exempted before it is limited)."""
+        if func is not target and func in self.specs:
+            self.specs[target] = self.specs.pop(func)
+            for name, owner in self.names.items():
+                if owner is func:
+                    self.names[name] = target
+
     def find(self, func: object) -> tuple[RouteLimit, ...] | None:
         """The `RouteLimit`s of endpoint `func` (looked for through ``__wrapped__`` too)."""
         for _ in range(16):
@@ -184,7 +211,7 @@ class Decorates:
 
     def limit(self, limits: LimitSpec, *, key: KeySpec = "client_ip",
               algorithm: str = "fixed-window", burst: float | None = None,
-              mode: Mode = "add", cost: float | None = None,
+              mode: Mode = "add", cost: Cost | None = None,
               name: str | None = None) -> Callable[[F], F]:
         """Decorate an endpoint with `limits` (a rate string, a `Limit`, or a list);
         ``mode="add"``: with the policy's limits, ``"replace"``: instead of them. Stacked
@@ -199,6 +226,7 @@ class Decorates:
             spec.route_limit()  # its errors now, not at the first request
             target = func if getattr(func, "_ratekeeper_limiter", None) is self \
                 else self._guard(func)  # stacked: the same wrapper
+            self._registry.move(func, target)
             self._registry.put(target, spec, named=name is not None)
             self._registry.specs[target].route_limit()
             return target

@@ -378,7 +378,7 @@ class RouteLimit:
       (None: fall back to the client IP);
     - `mode`: ``"add"`` (the default): the policy's limits still apply, these add to them;
       ``"replace"``: only these apply to the endpoint;
-    - `cost`: units per request (None: the policy's);
+    - `cost`: units per request, or a function of the `RequestInfo` (None: the policy's);
     - `exempt`: the endpoint is not limited at all (flask-limiter's ``exempt``).
     """
 
@@ -386,7 +386,7 @@ class RouteLimit:
     endpoint: str
     key: str | KeyFunc = "client_ip"
     mode: Literal["add", "replace"] = "add"
-    cost: float | None = None
+    cost: Cost | None = None
     exempt: bool = False
     checker: Limits | None = field(init=False, repr=False, default=None)
     _rules: dict[str, Rule] = field(init=False, repr=False, default_factory=dict)
@@ -602,7 +602,8 @@ class _Engine:
                 ekey = p.client_ip.key_of(ip)
             else:
                 ekey = key
-            ecost = cost if extra.cost is None else float(extra.cost)
+            ecost = cost if extra.cost is None else float(
+                extra.cost(req) if callable(extra.cost) else extra.cost)
             checks = (*checks, *extra.checker.checks(ekey, ecost))
             limits = (*limits, *extra.limits)
         queues = any(lim.algorithm == "leaky-bucket" and not lim.nodelay for lim in limits)

@@ -108,7 +108,7 @@ from ..core import run
 from ..policy._request import ClientIP, KeyFunc, RequestInfo
 from ..stores import Store
 from ._decorators import Mode, Spec, header_key, make_limits
-from ._policy import HTTPPolicy, Outcome, RouteLimits, _Adapter, _Engine
+from ._policy import Cost, HTTPPolicy, Outcome, RouteLimits, _Adapter, _Engine
 from .wsgi import SYNC, Sleep
 
 __all__ = ["ALL", "UNSAFE", "RateLimitMiddleware", "Ratelimited", "django_user", "exempt",
@@ -377,7 +377,7 @@ def ratelimit(group: str | None = None, key: str | Callable[[str, HttpRequest], 
               rate: DjangoRate | Callable[[str, HttpRequest], object] = None,
               method: str | Collection[str] | None = ALL, block: bool = True, *,
               mode: Mode = "add", algorithm: str = "fixed-window", burst: float | None = None,
-              cost: float | None = None) -> Callable[[V], V]:
+              cost: Cost | None = None) -> Callable[[V], V]:
     """django-ratelimit's view decorator, decided with the policy (module docstring)."""
     methods = None if method is None else frozenset(
         [method.upper()] if isinstance(method, str) else (m.upper() for m in method))

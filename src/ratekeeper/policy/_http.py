@@ -411,7 +411,7 @@ class Extra(NamedTuple):
     rule: Callable[[str], Rule]
     key: str | Callable[[RequestInfo], object]
     mode: RouteMode
-    cost: float | None
+    cost: float | Callable[[RequestInfo], float] | None  # a function: of the request
     exempt: bool
 
 
@@ -562,7 +562,8 @@ class HTTPRules:
         extra_cost = None if not extras else \
             next((e.cost for e in extras if e.cost is not None), None)
         if extra_cost is not None:
-            cost, dry, max_delay = extra_cost, self.dry_run, self.max_delay
+            cost = float(extra_cost(req)) if callable(extra_cost) else extra_cost
+            dry, max_delay = self.dry_run, self.max_delay
         elif route is None:
             cost = self.cost if self.cost_fn is None else float(self.cost_fn(req))
             dry, max_delay = self.dry_run, self.max_delay
