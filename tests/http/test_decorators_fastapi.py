@@ -9,7 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.responses import PlainTextResponse
+from starlette.requests import Request as StarletteRequest
 
 from ratekeeper import Limit
 from ratekeeper.http import HTTPPolicy, RequestInfo
@@ -227,13 +229,13 @@ async def test_fastapi_decorators_with_a_policies_file(clock: ManualClock,
         ok = await c.get("/search", headers={"X-User": "al"})
         searches = await statuses(c, 2, "/search", headers={"X-User": "al"})
         bob = await c.get("/search", headers={"X-User": "bob"})  # per-ip: 3 of 3
-        bulk = await statuses(c, 6, "/bulk", headers={"X-User": "al"})
-        other = await c.get("/other")
+        bulks = await statuses(c, 6, "/bulk", headers={"X-User": "al"})
+        others = await c.get("/other")
     assert ok.headers["RateLimit-Policy"] == '"web.per-ip";q=3;w=60, "search:2/minute";q=2;w=60'
     assert searches == [200, 429]
     assert bob.status_code == 200
-    assert bulk == [200] * 5 + [429]  # replace: the exhausted per-ip limit does not apply
-    assert other.status_code == 429 and other.json()["policy"] == "web.per-ip"
+    assert bulks == [200] * 5 + [429]  # replace: the exhausted per-ip limit does not apply
+    assert others.status_code == 429 and others.json()["policy"] == "web.per-ip"
 
 
 def test_fastapi_decorator_refuses_a_key_it_cannot_count_by(tmp_path: Path) -> None:
@@ -253,3 +255,69 @@ def test_fastapi_stacked_decorators_must_agree_on_mode() -> None:
 
     with pytest.raises(ValueError, match="differ in mode"):
         limiter.limit("1/s", mode="replace")(limiter.limit("2/minute")(f))
+
+
+# Issue 29 defect 1: an endpoint naming its own Request / Response (slowapi requires
+# ``request: Request``) is served, not a 500 from a parameter FastAPI filled only once.
+
+def own_parameter_app(limiter: Limiter, *, global_dependency: bool) -> FastAPI:
+    app = FastAPI(dependencies=[Depends(limiter)] if global_dependency else [])
+    install_problem_handler(app)
+
+    def user_agent(request: StarletteRequest) -> str:
+        return request.headers.get("user-agent", "")
+
+    @app.get("/fastapi-request")
+    @limiter.limit("2/minute")
+    async def fastapi_request(request: Request) -> dict[str, str]:
+        return {"path": request.url.path}
+
+    @app.get("/starlette-request")
+    @limiter.limit("2/minute")
+    def starlette_request(request: StarletteRequest) -> dict[str, str]:  # sync
+        return {"path": request.url.path}
+
+    @app.get("/response")
+    @limiter.limit("2/minute")
+    async def with_response(q: str, response: Response,
+                            agent: str = Depends(user_agent)) -> dict[str, str]:
+        response.headers["X-Own"] = "kept"
+        return {"q": q, "agent": agent}
+
+    @app.get("/returns-response")
+    @limiter.limit("2/minute")
+    async def returns_response(request: Request) -> PlainTextResponse:
+        return PlainTextResponse(request.url.path)
+
+    return app
+
+
+@pytest.mark.parametrize("global_dependency", [True, False])
+async def test_fastapi_endpoint_with_its_own_request_or_response_parameter_is_served(
+        clock: ManualClock, global_dependency: bool) -> None:
+    limiter = Limiter(Limit("fixed-window", "100/minute", name="default"), clock=clock)
+    app = own_parameter_app(limiter, global_dependency=global_dependency)
+    async with client(app) as c:
+        for path in ("/fastapi-request", "/starlette-request"):
+            got = [await c.get(path) for _ in range(3)]
+            assert [r.status_code for r in got] == [200, 200, 429], path
+            assert got[0].json() == {"path": path}
+            assert got[0].headers["RateLimit"].endswith(";r=1;t=60")
+        got = [await c.get("/response", params={"q": "x"},
+                           headers={"User-Agent": "ua"}) for _ in range(3)]
+    assert [r.status_code for r in got] == [200, 200, 429]
+    assert got[0].json() == {"q": "x", "agent": "ua"}
+    assert got[0].headers["X-Own"] == "kept" and "RateLimit" in got[0].headers
+
+
+@pytest.mark.parametrize("global_dependency", [True, False])
+async def test_fastapi_endpoint_returning_a_response_gets_the_ratelimit_fields(
+        clock: ManualClock, global_dependency: bool) -> None:
+    limiter = Limiter(Limit("fixed-window", "100/minute", name="default"), clock=clock)
+    app = own_parameter_app(limiter, global_dependency=global_dependency)
+    async with client(app) as c:
+        got = [await c.get("/returns-response") for _ in range(3)]
+    assert [r.status_code for r in got] == [200, 200, 429]
+    assert got[0].text == "/returns-response"
+    assert got[0].headers["RateLimit"] == '"returns_response:2/minute";r=1;t=60'
+    assert "returns_response:2/minute" in got[0].headers["RateLimit-Policy"]

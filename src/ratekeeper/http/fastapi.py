@@ -58,6 +58,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -96,6 +97,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Set in the scope once a `Limiter` decided the request (so it is decided once).
 DECIDED_KEY = "ratekeeper.decided"
+#: Set in the scope to the admitted request's RateLimit fields, for a returned `Response`.
+HEADERS_KEY = "ratekeeper.headers"
 
 
 class RateLimited(HTTPException):
@@ -149,6 +152,7 @@ async def _decide(adapter: _Adapter[AsyncStore, AsyncSleep], request: Request,
     if out.action == "reject":
         raise RateLimited(out)
     request.scope[SCOPE_KEY] = out.decision
+    request.scope[HEADERS_KEY] = out.headers
     for name, value in out.headers:
         response.headers.append(name, value)
     return out.decision
@@ -178,31 +182,68 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
 
     def _guard(self, func: F) -> F:
         """`func`, deciding its limits itself when no global dependency did (an app built
-        without ``dependencies=[Depends(limiter)]``). FastAPI passes the two extra
-        keyword parameters because the wrapper's signature names them."""
+        without ``dependencies=[Depends(limiter)]``), and adding the RateLimit fields to a
+        `Response` it returns (FastAPI merges the dependency's headers only into a response
+        it builds itself).
+
+        FastAPI fills one parameter per type, so the endpoint's own ``request: Request`` /
+        ``response: Response`` (slowapi requires the first) is reused; only a missing one is
+        added to the wrapper's signature, under a name of ours, and not passed on."""
         registry = self._registry
         is_async = inspect.iscoroutinefunction(func)
+        sig = inspect.signature(func)
+        hints = _annotations(func)
+        own_request = _parameter_of(sig, hints, Request)
+        own_response = _parameter_of(sig, hints, Response)
+        request_name = own_request or "ratekeeper_request"
+        response_name = own_response or "ratekeeper_response"
 
         @functools.wraps(func)
-        async def endpoint(*args: Any, ratekeeper_request: Request,
-                           ratekeeper_response: Response, **kwargs: Any) -> Any:
-            if not ratekeeper_request.scope.get(DECIDED_KEY):
-                ratekeeper_request.scope[DECIDED_KEY] = True
-                await _decide(self, ratekeeper_request, ratekeeper_response,
-                              registry.find(endpoint))
+        async def endpoint(*args: Any, **kwargs: Any) -> Any:
+            request: Request = (kwargs[request_name] if own_request
+                                else kwargs.pop(request_name))
+            response: Response = (kwargs[response_name] if own_response
+                                  else kwargs.pop(response_name))
+            if not request.scope.get(DECIDED_KEY):
+                request.scope[DECIDED_KEY] = True
+                await _decide(self, request, response, registry.find(endpoint))
             if is_async:
-                return await func(*args, **kwargs)
-            return await run_in_threadpool(func, *args, **kwargs)
+                result = await func(*args, **kwargs)
+            else:
+                result = await run_in_threadpool(func, *args, **kwargs)
+            if isinstance(result, Response) and result is not response:
+                for name, value in request.scope.get(HEADERS_KEY, ()):
+                    if name not in result.headers:
+                        result.headers.append(name, value)
+            return result
 
-        sig = inspect.signature(func)
         params = list(sig.parameters.values())
         at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
         params[at:at] = [
-            inspect.Parameter("ratekeeper_request", inspect.Parameter.KEYWORD_ONLY,
-                              annotation=Request),
-            inspect.Parameter("ratekeeper_response", inspect.Parameter.KEYWORD_ONLY,
-                              annotation=Response),
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=cls)
+            for name, cls, own in ((request_name, Request, own_request),
+                                   (response_name, Response, own_response))
+            if not own
         ]
         endpoint.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         endpoint._ratekeeper_limiter = self  # type: ignore[attr-defined]
         return endpoint  # type: ignore[return-value]
+
+
+def _annotations(func: Callable[..., Any]) -> dict[str, Any]:
+    """`func`'s parameter annotations as types (strings under ``from __future__ import
+    annotations`` resolved as FastAPI resolves them; an unresolvable one left out)."""
+    try:
+        return typing.get_type_hints(func)
+    except Exception:  # a forward reference FastAPI resolves later (or never)
+        return {}
+
+
+def _parameter_of(sig: inspect.Signature, hints: dict[str, Any], cls: type) -> str | None:
+    """The name of `sig`'s parameter annotated with `cls` (or a subclass), if any."""
+    for p in sig.parameters.values():
+        ann = hints.get(p.name, p.annotation)
+        if isinstance(ann, type) and issubclass(ann, cls) and p.kind in (
+                p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            return p.name
+    return None
