@@ -101,6 +101,24 @@ def _limit_header_names(args: argparse.Namespace,
     return names[0], names[1], names[2]
 
 
+#: ``--failure``'s choices (``ServeOptions.failure``).
+FAILURES = ("open", "closed", "local", "error")
+
+
+def _failure_choice(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """``--failure``, else ``RATEKEEPER_FAILURE``, else None (the policies decide);
+    ValueError names a bad environment value and the choices."""
+    if args.failure is not None:
+        return str(args.failure)
+    raw = env.get("RATEKEEPER_FAILURE", "")
+    if not raw:
+        return None
+    if raw not in FAILURES:
+        raise ValueError(f"RATEKEEPER_FAILURE={raw!r} is not a failure policy: choose one of "
+                         f"{', '.join(FAILURES)}")
+    return raw
+
+
 #: Go's strconv.ParseBool forms (envoyproxy/ratelimit reads its settings with it); unset: false.
 _GO_BOOLS = {"": False, **dict.fromkeys(("1", "t", "T", "true", "TRUE", "True"), True),
              **dict.fromkeys(("0", "f", "F", "false", "FALSE", "False"), False)}
@@ -144,6 +162,12 @@ def add_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--require-store", action="store_true",
                    help="exit 1 if the store does not answer at startup (default: start, "
                         "warn, and let the policies' failure mode decide until it answers)")
+    p.add_argument("--failure", choices=FAILURES, default=None,
+                   help="what a store failure is answered with, whatever the policies say: "
+                        "open (admit), closed (reject), local (a memory store decides), or "
+                        "error (gRPC UNAVAILABLE / HTTP 503, as envoyproxy/ratelimit: Envoy's "
+                        "failure_mode_deny decides); default: the policies' [service] failure "
+                        "(open for envoyproxy/ratelimit's YAML); env RATEKEEPER_FAILURE")
     p.add_argument("--key-prefix", default="rk:", help="Redis key prefix (default rk:)")
     p.add_argument("--store-timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="how long one store call may take before the failure policy decides "
@@ -212,6 +236,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     try:
         header_names = _limit_header_names(args, os.environ)
+        failure = _failure_choice(args, os.environ)
     except ValueError as e:
         print(f"ratekeeper serve: {e}", file=sys.stderr)
         return 2
@@ -236,7 +261,7 @@ def run_serve(args: argparse.Namespace) -> int:
         grpc_tls_client_ca=args.grpc_tls_client_ca,
         limit_headers=None if header_names is None else LimitHeaders(*header_names),
         http_unix=args.http_unix, grpc_unix=args.grpc_unix, reuse_port=args.reuse_port,
-        freeze_heap=True,
+        freeze_heap=True, failure=failure,  # type: ignore[arg-type]
     )
     try:
         return int(run(serve(options)))

@@ -51,7 +51,14 @@ from ..policy._engine import (
     make_descriptor,
 )
 from ..policy._rules import Rule
-from ._service import DEFAULT_MAX_BODY, Remembered, Service, result_headers
+from ._service import (
+    DEFAULT_MAX_BODY,
+    STORE_FAILED,
+    Remembered,
+    Service,
+    StoreFailed,
+    result_headers,
+)
 from .proto.envoy.service.ratelimit.v3 import rls_pb2
 from .proto.envoy.type.v3 import ratelimit_unit_pb2
 
@@ -376,6 +383,7 @@ class RateLimitServicer:
         self._engine = service.engine
         self._request_done = service.stats.request
         self._answer = Answers(limit_headers)
+        self._error_on_store_failure = service.store_failure == "error"
 
     async def ShouldRateLimit(  # noqa: N802 (the protocol's method name)
         self, request: bytes, context: Any
@@ -388,9 +396,16 @@ class RateLimitServicer:
             domain, descriptors, hits = parse_cached(request)
             engine = self._engine
             res = await engine.check(domain, descriptors, hits)
+            if res.degraded and self._error_on_store_failure:
+                # envoyproxy/ratelimit's answer to a cache error: an error, so that Envoy's
+                # failure_mode_deny (not this service) decides what a store failure means.
+                raise StoreFailed
             result = "degraded" if res.degraded else \
                 "ok" if res.known_domain else "unknown_domain"
             return self._answer(res, engine.clock())
+        except StoreFailed:
+            result = "store_error"
+            code, detail = grpc.StatusCode.UNAVAILABLE, STORE_FAILED
         except UnknownDomain as e:
             result = "unknown_domain"
             code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(e)

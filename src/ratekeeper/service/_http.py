@@ -68,7 +68,7 @@ from ..policy._engine import (
 )
 from ..policy._model import Policies
 from ..policy._request import RequestInfo, request_from_json
-from ._service import Remembered, Service, result_headers
+from ._service import STORE_FAILED, Remembered, Service, StoreFailed, result_headers
 from ._stats import PrometheusStats
 
 __all__ = ["create_app", "parse_check", "result_json"]
@@ -457,6 +457,7 @@ def create_app(service: Service) -> Starlette:
     """The ASGI application of the decision service."""
     engine = service.engine
     stats = service.stats
+    error_on_store_failure = service.store_failure == "error"
 
     async def answer(scope: Scope, receive: Receive,
                      decide: Callable[[bytes], Awaitable[tuple[str, bytes]]]
@@ -474,6 +475,9 @@ def create_app(service: Service) -> Starlette:
             return _problem(413, "Content Too Large",
                             f"the body is over the {service.max_body}-byte limit "
                             f"({e.args[0]} bytes or more)")
+        except StoreFailed:
+            result = "store_error"
+            return _problem(503, "Service Unavailable", STORE_FAILED)
         except UnknownDomain as e:
             result = "unknown_domain"
             return _problem(404, "Unknown Domain", str(e), known_domains=list(e.known))
@@ -499,6 +503,8 @@ def create_app(service: Service) -> Starlette:
     async def decide_check(body: bytes) -> tuple[str, bytes]:
         domain, descriptors, cost = parse_check_cached(body)
         res = await engine.check(domain, descriptors, cost)
+        if res.degraded and error_on_store_failure:
+            raise StoreFailed  # as the gRPC answer: the caller decides (503)
         result = "degraded" if res.degraded else "ok" if res.known_domain else "unknown_domain"
         return result, check_answer(res)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import inspect
 import logging
@@ -28,13 +29,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
 from .. import _compiled
 from .._errors import RateKeeperError
+from ..core import FailurePolicy
 from ..policy._holder import PolicyHolder, Watcher
+from ..policy._loader import load_policies
+from ..policy._model import Policies
 from ..stores._base import AsyncStore
 from ..stores._url import open_store as open_any_store
 from ..stores._urlforms import redact
@@ -99,6 +103,12 @@ class ServeOptions:
     #: made since -- the memos and the store -- and pauses the loop for less. The CLI sets
     #: it (it owns its process); off for a `serve` run inside another program.
     freeze_heap: bool = False
+    #: What a store failure is answered with, whatever the policies say (None: their
+    #: ``[service] failure``, "open" for envoyproxy/ratelimit's YAML): "open", "closed" or
+    #: "local" decide as that failure policy; "error" answers the call with an error (gRPC
+    #: UNAVAILABLE, HTTP 503), envoyproxy/ratelimit's behaviour, so that Envoy's
+    #: ``failure_mode_deny`` decides. ``--failure`` / ``RATEKEEPER_FAILURE``.
+    failure: Literal["open", "closed", "local", "error"] | None = None
 
 
 def open_store(url: str | None, *, prefix: str = "rk:", max_keys: int = 1_000_000,
@@ -233,6 +243,23 @@ def http_parser() -> str:
     return "httptools"
 
 
+def _loader(failure: str | None) -> Callable[[Path], Policies]:
+    """`load_policies`, with `failure` (``ServeOptions.failure``) as every snapshot's
+    ``[service] failure``: a YAML file has no place to choose one. Under "error" the
+    policies decide "open" (no fallback store to keep), which the service then answers with
+    an error."""
+    if failure is None:
+        return load_policies
+    chosen: FailurePolicy = "open" if failure == "error" else failure  # type: ignore[assignment]
+    # (the CLI's choices: open, closed, local, error)
+
+    def load(path: Path) -> Policies:
+        policies = load_policies(path)
+        return dataclasses.replace(
+            policies, settings=dataclasses.replace(policies.settings, failure=chosen))
+    return load
+
+
 class _UvicornServer(uvicorn.Server):
     """uvicorn without its own signal handling: `serve` owns SIGTERM/SIGINT/SIGHUP."""
 
@@ -252,7 +279,7 @@ async def serve(options: ServeOptions, *,
     listeners accept connections.
     """
     stats = PrometheusStats()
-    holder = PolicyHolder(options.config, stats=stats)
+    holder = PolicyHolder(options.config, stats=stats, loader=_loader(options.failure))
     store, store_name = open_store(options.store, prefix=options.key_prefix,
                                    max_keys=options.max_keys, timeout=options.store_timeout)
     # The memory store's windows on Unix time (its own default is the monotonic clock), so
@@ -260,7 +287,8 @@ async def serve(options: ServeOptions, *,
     # and the Redis store (on the server's clock) have it: the same resets whatever the store.
     clock = time.time if isinstance(store, MemoryStore) else None
     service = Service(holder, store, stats=stats, max_body=options.max_body,
-                      store_name=store_name, clock=clock)
+                      store_name=store_name, clock=clock,
+                      store_failure="error" if options.failure == "error" else "decide")
     await _check_store(service, options.require_store)
     credentials = None
     if options.grpc_tls_cert is not None or options.grpc_tls_key is not None:

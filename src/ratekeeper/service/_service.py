@@ -8,7 +8,7 @@ the stats, the body limit and the "stopping" flag that turns ``/readyz`` and ``/
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from .._memo import Memo
 from .._types import Limit
@@ -19,13 +19,21 @@ from ..policy._holder import PolicyHolder
 from ..policy._stats import NullStats, Stats
 from ..stores._base import AsyncStore
 
-__all__ = ["Remembered", "Service", "result_headers"]
+__all__ = ["STORE_FAILED", "Remembered", "Service", "StoreFailed", "result_headers"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 #: Default limit on an HTTP request body or a gRPC message (a check is a few hundred bytes).
 DEFAULT_MAX_BODY = 64 * 1024
+
+#: The detail of the error a store failure is answered with under ``store_failure="error"``.
+STORE_FAILED = ("the store did not answer, so no decision was made (failure policy 'error': "
+                "the caller decides; Envoy by its failure_mode_deny)")
+
+
+class StoreFailed(Exception):
+    """The store failed and the service answers with an error (``store_failure="error"``)."""
 
 
 class Service:
@@ -40,8 +48,14 @@ class Service:
         clock: Callable[[], float] | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         store_name: str = "memory",
+        store_failure: Literal["decide", "error"] = "decide",
     ) -> None:
         self.holder = holder
+        #: When the store fails: ``"decide"`` lets the policies' failure policy answer (open,
+        #: closed, local); ``"error"`` answers the call with an error instead (gRPC
+        #: UNAVAILABLE, HTTP 503), as envoyproxy/ratelimit does (its TestCacheError), so that
+        #: Envoy's ``failure_mode_deny`` decides what a store failure means.
+        self.store_failure = store_failure
         self.store = store
         self.stats: Stats = NullStats() if stats is None else stats
         self.engine = Engine(holder, store, clock=clock, stats=self.stats)
@@ -50,7 +64,8 @@ class Service:
         self.stopping = False
 
     def __repr__(self) -> str:
-        return f"Service({self.holder!r}, store={self.store_name}, stopping={self.stopping})"
+        return (f"Service({self.holder!r}, store={self.store_name}, "
+                f"store_failure={self.store_failure}, stopping={self.stopping})")
 
 
 class Remembered(Generic[K, V]):
