@@ -463,7 +463,9 @@ class Engine:
                     plans.append((rule, [], rule is not None and not rule.unlimited
                                   and (global_shadow or rule.shadow_mode), look))
                     continue
-                is_shadow = global_shadow or rule.shadow_mode
+                # A quota-mode rule is checked apart, as a shadow one: its being over does
+                # not stop the others being charged, and the verdict weighs it below.
+                is_shadow = global_shadow or rule.shadow_mode or rule.quota_mode
                 if look:
                     looked: list[tuple[str, str]] = []
                     for pl in rule.limits:
@@ -529,8 +531,21 @@ class Engine:
             results.update(zip(enforced.keys(), decisions, strict=True))
         shadow_results: dict[tuple[str, str], Decision] = {}
         if shadow:
-            decisions, _, _ = yield from self._decide(list(shadow.values()), now, "open")
-            shadow_results.update(zip(shadow.keys(), decisions, strict=True))
+            # A quota-mode descriptor is charged whatever the others say, as envoyproxy/
+            # ratelimit's DoLimit charges each: one store call per quota-mode descriptor
+            # (a store call is all or nothing), the shadow-mode ones together.
+            groups: list[list[tuple[str, str]]] = []
+            taken: set[tuple[str, str]] = set()
+            for rule, plan_keys, plan_shadow, plan_look in plans:
+                if plan_shadow and not plan_look and rule is not None and rule.quota_mode:
+                    groups.append([k for k in plan_keys if k not in taken])
+                    taken.update(plan_keys)
+            rest = [k for k in shadow if k not in taken]
+            for keys in (rest, *groups):
+                if keys:
+                    decisions, _, _ = yield from self._decide([shadow[k] for k in keys], now,
+                                                              "open")
+                    shadow_results.update(zip(keys, decisions, strict=True))
         # The enforced call rejected: nothing was charged, so a descriptor it would have
         # admitted gets a look at its counters instead of its "as if charged" answer.
         relook: set[tuple[str, str]] = set()
@@ -607,9 +622,15 @@ class Engine:
                 if st.decision == decision and st.rule is not None:
                     failure = st.rule.failure or settings.failure
                     break
+        # envoyproxy/ratelimit's quota mode: OVER_LIMIT when every quota-mode descriptor is
+        # over (an ordinary one over is a rejection anyway); shadow mode still answers OK.
+        quota = [st for st in statuses if st.rule is not None and st.rule.quota_mode
+                 and st.decision is not None]
+        quota_over = bool(quota) and all(st.over_limit for st in quota) \
+            and not (settings.shadow_mode or dom.shadow_mode)
         return CheckResult(
             domain=domain,
-            allowed=all(s.ok for s in statuses),
+            allowed=all(s.ok for s in statuses) and not quota_over,
             decision=decision,
             failure=failure,
             statuses=tuple(statuses),
@@ -654,8 +675,8 @@ class Engine:
             rule = d.rule if d.rule is not None else dom.match(d.entries)
             if rule is None or rule.unlimited:
                 continue
-            if rule.shadow_mode or rule.failure is not None or rule.replaces \
-                    or not rule.limits:
+            if rule.shadow_mode or rule.quota_mode or rule.failure is not None \
+                    or rule.replaces or not rule.limits:
                 return None
             cost = hits * rule.cost
             if not cost <= settings.max_cost:

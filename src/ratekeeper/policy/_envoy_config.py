@@ -30,8 +30,9 @@ values as the TOML loader, so the same engine decides. What each key becomes:
 - ``shadow_mode``: decided and counted, always answered OK; ``detailed_metric``,
   ``value_to_metric``, ``metadata``: accepted (metrics and response metadata only);
   ``share_threshold`` (wildcard values only): every value the pattern matches shares one
-  counter instead of one each; ``quota_mode`` is refused (not implemented: it changes
-  decisions, so it is not ignored quietly).
+  counter instead of one each; ``quota_mode``: charged, its own status OVER_LIMIT when over,
+  but the answer is OVER_LIMIT only when every quota-mode descriptor of the request is (or
+  an ordinary one is), as envoyproxy/ratelimit.
 
 Every problem is reported with its file, line and key path (`ConfigIssue`), all of them at
 once, as ``ratekeeper check-config`` prints them. PyYAML's C loader (libyaml) is used where
@@ -419,10 +420,6 @@ class _Builder:
         flags = {k: self.flag(_join(loc, k), fields[k])
                  for k in ("shadow_mode", "quota_mode", "detailed_metric", "value_to_metric",
                            "share_threshold") if k in fields}
-        if flags.get("quota_mode"):
-            self.err(_join(loc, "quota_mode"), fields["quota_mode"],
-                     "quota_mode is not supported by ratekeeper (it changes decisions, so it "
-                     "is refused rather than ignored): remove it")
         share = flags.get("share_threshold", False)
         if share and (value is None or "*" not in value):
             self.err(_join(loc, "share_threshold"), fields["share_threshold"],
@@ -438,6 +435,7 @@ class _Builder:
         if "rate_limit" in fields and not _is_null(fields["rate_limit"]):
             rule = self.rule(ctx, _join(loc, "rate_limit"), fields["rate_limit"], path, shared,
                              shadow=flags.get("shadow_mode", False),
+                             quota=flags.get("quota_mode", False),
                              detailed=flags.get("detailed_metric", False))
         children = Level()
         if "descriptors" in fields and not _is_null(fields["descriptors"]):
@@ -448,7 +446,7 @@ class _Builder:
 
     def rule(self, ctx: _DomainCtx, loc: str, node: yaml.Node,
              path: tuple[tuple[str, str | None], ...], shared: tuple[bool, ...], *,
-             shadow: bool, detailed: bool) -> Rule | None:
+             shadow: bool, quota: bool, detailed: bool) -> Rule | None:
         file = self.file
         if not isinstance(node, yaml.MappingNode):
             self.err(loc, node, f"must be a mapping (unit, requests_per_unit, ...), got "
@@ -530,7 +528,8 @@ class _Builder:
             return None
         zero_unit = unit.lower() if not (limits or unlimited) and unit else ""
         rule = Rule(ctx.name, rname, path, limits, unlimited=unlimited, shadow_mode=shadow,
-                    location=f"{file}: {loc}", label=label, replaces=tuple(replaces),
+                    quota_mode=quota, location=f"{file}: {loc}", label=label,
+                    replaces=tuple(replaces),
                     detailed_metric=detailed, zero_unit=zero_unit)
         ctx.rules.append(rule)
         return rule

@@ -62,6 +62,10 @@ class Rule:
     limits: tuple[PolicyLimit, ...]
     unlimited: bool = False
     shadow_mode: bool = False
+    #: envoyproxy/ratelimit's ``quota_mode``: charged and answered OVER_LIMIT in its own
+    #: status, but the answer is OVER_LIMIT only when every quota-mode descriptor of the
+    #: request is over (or an ordinary one is), as its service's shouldRateLimitWorker.
+    quota_mode: bool = False
     cost: float = 1.0
     description: str = ""
     location: str = ""
