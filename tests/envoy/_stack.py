@@ -162,6 +162,10 @@ ROUTES: dict[str, list[list[dict[str, Any]]]] = {
     # [unit=<x-unit>, user=<x-user>]: the x-ratelimit header tests
     "/xrl": [[{"request_headers": {"header_name": "x-unit", "descriptor_key": "unit"}},
               {"request_headers": {"header_name": "x-user", "descriptor_key": "user"}}]],
+    # [service=service_1], [service=service_2]: envoyproxy/ratelimit's /quota route
+    # (integration-test's envoy config, for its examples/ratelimit/config/ quota rules)
+    "/quota": [[{"generic_key": {"descriptor_key": "service", "descriptor_value": "service_1"}}],
+               [{"generic_key": {"descriptor_key": "service", "descriptor_value": "service_2"}}]],
 }
 
 
