@@ -569,7 +569,8 @@ async def test_script_calls_are_packed_once_per_arguments(standalone: StoreTarge
         conn = store._client.connection_pool.connection_class()
         for args, wire_bytes in packed.items():
             assert args[0] in ("FCALL", "EVALSHA")
-            assert wire_bytes == b"".join(conn.pack_command(*args))
+            # (remembered without the call's tag, the last argument, which it adds)
+            assert wire_bytes + b"$1\r\n7\r\n" == b"".join(conn.pack_command(*args, 7))
         together = await asyncio.gather(*(limiter.hit(f"k{i % 2}") for i in range(4)))
         assert [(d.allowed, d.remaining) for d in together] == [(True, 0), (True, 0),
                                                                 (False, 0), (False, 0)]
@@ -764,8 +765,8 @@ async def test_a_call_past_its_deadline_fails_alone_and_the_pipe_retires(
                 if len(pipe.pending) == 2:
                     break
                 await asyncio.sleep(0)
-            future, _, call = pipe.pending[0]
-            pipe.pending[0] = (future, asyncio.get_running_loop().time() - 1, call)
+            future, _, call, tag = pipe.pending[0]
+            pipe.pending[0] = (future, asyncio.get_running_loop().time() - 1, call, tag)
             pipe._check()
             (out,) = await asyncio.gather(first, return_exceptions=True)
             assert isinstance(out, StoreError) and "no reply within" in str(out), out

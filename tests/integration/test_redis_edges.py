@@ -178,10 +178,12 @@ def test_a_store_used_from_two_running_loops_is_refused_with_a_clear_error(
 
 def answering_garbage(server: RedisServer) -> None:
     """Replace the store's library on `server` (a private one) with functions of the same
-    names that answer what no script of ours does: every FCALL's reply is unreadable."""
+    names that answer what no script of ours does: every FCALL's reply is unreadable (though
+    it carries its call's tag, the last argument, as every script's reply does)."""
     name = LIBRARY.split("name=", 1)[1].split()[0]
     functions = {CHECK.fn, *(s.fn for s in ONE.values() if s.fn)}
-    body = "\n".join(f"redis.register_function('{fn}', function(k, a) return 'garbage' end)"
+    answer = "return {tonumber(a[#a]), 'garbage'}"
+    body = "\n".join(f"redis.register_function('{fn}', function(k, a) {answer} end)"
                      for fn in sorted(functions))
     with server.admin() as admin:
         admin.execute_command("FUNCTION", "LOAD", "REPLACE", f"#!lua name={name}\n{body}")

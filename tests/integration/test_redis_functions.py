@@ -93,8 +93,9 @@ def test_a_flushed_library_is_loaded_again(standalone: StoreTarget) -> None:
 
 
 def test_a_flushed_library_is_loaded_again_under_a_pipeline(standalone: StoreTarget) -> None:
-    """64 concurrent composite decisions (one pipeline) after FUNCTION FLUSH: every one
-    answered, the library loaded once."""
+    """48 concurrent composite decisions (one pipeline) after FUNCTION FLUSH: every one
+    answered, the library loaded once. (Once: their error replies come in one read, so
+    the pipeline is under the 16 KB the server reads at a time; 64 tagged calls are not.)"""
 
     async def main() -> None:
         store = AsyncRedisStore.from_url(standalone.url, client_clock=True,
@@ -106,7 +107,7 @@ def test_a_flushed_library_is_loaded_again_under_a_pipeline(standalone: StoreTar
             await limiter.hit("warm")
             standalone.admin.execute_command("FUNCTION", "FLUSH")
             loads = store.stats.function_loads
-            ds = await asyncio.gather(*[limiter.hit(f"k{i}") for i in range(64)])
+            ds = await asyncio.gather(*[limiter.hit(f"k{i}") for i in range(48)])
             assert sum(d.allowed for d in ds) == 4  # the global log holds 5, 1 was taken
             assert store.stats.function_loads == loads + 1
             assert store.stats.pipelines >= 1

@@ -205,16 +205,16 @@ def test_general_scripts_answer_the_servers_time_as_whole_microseconds(
     lim = Limit("sliding-window-counter", "5/s")
     store = standalone.store(prefix=f"rk-parity-{uuid.uuid4().hex[:8]}:")
     call = store._check_call([(lim, "a", 1.0)], "", True)
-    reply = standalone.admin.evalsha(CHECK.sha, 1, *call.keys, *call.args) \
-        if standalone.admin.script_exists(CHECK.sha)[0] \
-        else standalone.admin.eval(CHECK.text, 1, *call.keys, *call.args)
+    reply = untag(standalone.admin.evalsha(CHECK.sha, 1, *call.keys, *call.args, 7)
+                  if standalone.admin.script_exists(CHECK.sha)[0]
+                  else standalone.admin.eval(CHECK.text, 1, *call.keys, *call.args, 7), 7)
     assert isinstance(reply[0], int) and reply[0] > 1_700_000_000 * 10**6, reply
     (got,), at, admitted = store._parse_check(reply, [(lim, "a", 1.0)])
     assert at == reply[0] / 1e6 and admitted
     (want,), _ = MemoryStore().decide([(lim, "a", 1.0)], at)
     assert got == want
     refund = store._refund_call([(lim, "a", 1.0)], "", at)
-    back = standalone.admin.eval(REFUND.text, 1, *refund.keys, *refund.args)
+    back = untag(standalone.admin.eval(REFUND.text, 1, *refund.keys, *refund.args, 8), 8)
     assert isinstance(back, int) and back >= reply[0], back
     assert store._parse_now(back) == back / 1e6
     assert store.state(lim, "a") is None  # the refund at `at` gave the whole charge back
@@ -239,7 +239,7 @@ def test_one_limit_server_clock_agrees_with_python(standalone: StoreTarget,
         call = store._one_call(lim, key, 1, 0.0)
         assert call.script is ONE[algorithm]
         assert len(call.args) == 3  # cost, r, b: the defaults are left off
-        reply = client.evalsha(call.script.sha, 1, *call.keys, *call.args)
+        reply = untag(client.evalsha(call.script.sha, 1, *call.keys, *call.args, i), i)
         got = store._parse_one(reply, lim, 1.0)
         if algorithm == "gcra":
             # an admission {remaining, tat, now}, a rejection {tat, now}: now in microseconds
@@ -302,6 +302,13 @@ end
 local reply = script(KEYS, argv, pinned)
 return {reply, expiry}
 """
+
+def untag(reply: Any, tag: int) -> Any:
+    """A script's own reply, out of the ``{tag, reply}`` every script answers (see _lua.py),
+    checking the tag is the one sent."""
+    assert isinstance(reply, list) and len(reply) == 2 and reply[0] == tag, (tag, reply)
+    return reply[1]
+
 
 #: Grace (ms) on every expiry, so that keys outlive the example in real time.
 GRACE_MS = "60000"
@@ -394,11 +401,13 @@ def test_straight_line_scripts_decide_as_the_general_script(
             pin, now_arg = ["", ""], repr(us / 1e6)
         # one_<algorithm>.lua: cost, p1, p2[, p3], min expiry (ms), now ("" = TIME), grace
         fast_reply, fast_expiry = client.evalsha(
-            fast_sha, 1, fast_key, *pin, repr(float(cost)), *params, "1", now_arg, GRACE_MS)
+            fast_sha, 1, fast_key, *pin, repr(float(cost)), *params, "1", now_arg, GRACE_MS, i)
+        fast_reply = untag(fast_reply, i)
         # check.lua: now, consume, min expiry, grace, then (id, cost, p1, p2, p3) per limit
         general_reply, general_expiry = client.evalsha(
             general_sha, 1, general_key, *pin, now_arg, "1", "1", GRACE_MS,
-            algo_id, repr(float(cost)), p1, p2, p3)
+            algo_id, repr(float(cost)), p1, p2, p3, i)
+        general_reply = untag(general_reply, i)
         got = store._parse_one(fast_reply, limit, float(cost))
         (want,), at, _ = store._parse_check(general_reply, [(limit, "general", float(cost))])
         where = (i, cost, us, fast_reply, general_reply)

@@ -23,6 +23,13 @@ load (Redis 7.0 lets a library's load run nothing but ``register_function``), an
 the script's entry point (``stores/lua/*.lua``) as a function of KEYS and ARGV: the same
 text, the same arithmetic. The library's name carries a hash of its text, so two versions
 of ratekeeper on one server each call their own.
+
+Every script, in both forms, takes one more argument than its file states: a tag, the last
+ARGV (an integer below 2**31 the caller picks per call), and answers ``{tag, the file's
+reply}``. The caller checks the tag is its own: a reply that is another call's (a proxy that
+answered a command twice shifts every later reply on its connection by one) is then
+unavailability, not another key's numbers (`_core.untagged`). The file's ARGV is what it
+sees: the tag is taken off first (`_TAGGED`).
 """
 
 from __future__ import annotations
@@ -65,8 +72,18 @@ def algorithm_source(filename: str) -> str:
     return resources.files(algorithms).joinpath(filename).read_text(encoding="utf-8")
 
 
+#: A script's body (its file's text, as a function of KEYS and ARGV) run with the tag taken
+#: off ARGV, and its reply answered with the tag first: ``{tag, reply}`` (first, because a
+#: Lua table's reply ends at its first nil, and the files' replies may have one).
+_TAGGED = """local tag = tonumber(ARGV[#ARGV])
+ARGV[#ARGV] = nil
+return {{tag, (function()
+{body}
+end)()}}"""
+
+
 def _script(name: str, *texts: str, straight: bool = False) -> Script:
-    text = "\n".join(texts)
+    text = _TAGGED.format(body="\n".join(texts))
     # Redis names a cached script by the SHA1 of its text.
     return Script(name, text, hashlib.sha1(text.encode()).hexdigest(), straight)
 
@@ -101,7 +118,7 @@ def _library() -> tuple[str, str, dict[str, str]]:
     body = [_LAZY]
     for name, helpers, entry in _FUNCTIONS:
         body.append(f"redis.register_function('@{name}', lazy(function()\n{helpers}\n"
-                    f"return function(KEYS, ARGV)\n{entry}\nend\nend))\n")
+                    f"return function(KEYS, ARGV)\n{_TAGGED.format(body=entry)}\nend\nend))\n")
     text = "\n".join(body)
     tag = hashlib.sha1(text.encode()).hexdigest()[:12]
     names = {name: f"rk_{tag}_{name.replace('-', '_')}" for name, _, _ in _FUNCTIONS}

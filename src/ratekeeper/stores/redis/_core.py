@@ -3,6 +3,7 @@ reply parsing, and the plans the sync and async drivers execute."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -216,6 +217,43 @@ _TEXT = (bytes, str)
 
 
 _fmt = lua_float  # a float as ARGV text that Lua's tonumber reads back exactly
+
+
+#: Every script call's tag comes from here (`next_tag`): the last ARGV, which the script
+#: answers first (`_lua`). A counter, below 2**31 so that Lua's tonumber reads it exactly and
+#: Redis answers it as an integer; ``next`` of one is atomic under the GIL, so two threads
+#: never send the same tag at once.
+_tags = itertools.count(1)
+_TAG_MASK = 0x7FFFFFFF
+
+
+def next_tag() -> int:
+    """A tag for one script call (see `untagged`)."""
+    return next(_tags) & _TAG_MASK
+
+
+class ReplyMismatch(rex.ConnectionError):
+    """A script's reply that does not carry its call's tag: it is another call's (a proxy
+    that answered a command twice shifts every later reply on that connection by one), so
+    neither it nor the connection's later replies can be trusted. A ConnectionError: the
+    store reports it as `StoreUnavailable` (a breaker failure), and the connection it came
+    on is closed."""
+
+
+def untagged(reply: Any, tag: int) -> Any:
+    """The reply of the script call tagged `tag`, taken out of ``{tag, reply}`` (an error
+    reply, which carries no tag, as it is); `ReplyMismatch` when it is not that call's."""
+    if reply.__class__ is list and len(reply) == 2 and reply[0] == tag:
+        return reply[1]
+    if isinstance(reply, Exception):
+        return reply
+    text = repr(reply)
+    if len(text) > 200:
+        text = text[:200] + "..."
+    raise ReplyMismatch(
+        f"a script's reply is not its call's (tag {tag} expected): {text}; the connection "
+        "it came on is closed. Replies out of step come from something between the client "
+        "and Redis (a proxy answering twice); if this repeats, connect without it")
 
 
 def _shaped(kind: str, raw: list[Any]) -> Any:

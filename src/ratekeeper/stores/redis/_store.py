@@ -42,6 +42,7 @@ from ._client import (
 from ._core import (
     _PARSE_ONE,
     KeyState,
+    ReplyMismatch,
     T,
     _advance,
     _Call,
@@ -52,6 +53,8 @@ from ._core import (
     _RedisCore,
     _suffix,
     new_call,
+    next_tag,
+    untagged,
 )
 
 if TYPE_CHECKING:
@@ -158,7 +161,28 @@ class RedisStore(_RedisCore):
     def _eval(self, client: Any, script: Script, n: int, keys_args: Sequence[Any]) -> Any:
         """Run `script` on `n` keys (`keys_args`: the keys, then the arguments): FCALL of its
         library function when it has one and the server has functions (FUNCTION LOAD
-        first when the library is missing), else EVALSHA (EVAL after NOSCRIPT)."""
+        first when the library is missing), else EVALSHA (EVAL after NOSCRIPT). The call
+        is tagged and its reply's tag checked (`_untag`)."""
+        tag = next_tag()
+        return self._untag(client, self._evaluate(client, script, n, (*keys_args, tag)), tag)
+
+    @staticmethod
+    def _untag(client: Any, reply: Any, tag: int) -> Any:
+        """`untagged`; on a reply that is another call's, the client's idle connections are
+        closed first (the one it came on is among them: redis-py gave it back to its pool
+        as the reply was read), so that no later call reads the replies out of step."""
+        try:
+            return untagged(reply, tag)
+        except ReplyMismatch:
+            pool = getattr(client, "connection_pool", None)
+            if pool is not None:
+                pool.disconnect(inuse_connections=False)
+            else:  # a cluster client: a pool per node
+                client.disconnect_connection_pools()
+            raise
+
+    def _evaluate(self, client: Any, script: Script, n: int, keys_args: Sequence[Any]) -> Any:
+        """`_eval`'s call, `keys_args` ending with its tag."""
         stats = self.stats
         if script.fn and self._fcall:
             try:
@@ -227,7 +251,7 @@ class RedisStore(_RedisCore):
         rest = params + tuple(a.encode() for a in self._fast_tail(""))
         parse, stats, breaker = _PARSE_ONE[limit.algorithm], self.stats, self._breaker
         decide_one, failed, short_circuit = self.decide_one, self._failed, self._short_circuit
-        noscript, run = rex.NoScriptError, self._eval
+        noscript, run, untag = rex.NoScriptError, self._eval, self._untag
         # a script with a library function (`Script.fn`): FCALL while the server has them
         functions = bool(script.fn)
 
@@ -251,13 +275,15 @@ class RedisStore(_RedisCore):
                 if functions:
                     reply = run(client, script, 1, args)
                 else:
+                    tag = next_tag()  # (as `_eval` tags its calls)
                     try:
                         # what client.evalsha() does, less two Python frames
-                        reply = client.execute_command("EVALSHA", sha, 1, *args)
+                        reply = client.execute_command("EVALSHA", sha, 1, *args, tag)
                     except noscript:
                         stats.noscript_reloads += 1
                         stats.calls += 1
-                        reply = client.eval(text, 1, *args)
+                        reply = client.eval(text, 1, *args, tag)
+                    reply = untag(client, reply, tag)
             except Exception as e:
                 raise failed(breaker, e) from e
             if not breaker.clean:
@@ -551,17 +577,19 @@ class _Wire:
         self._packed: Memo[tuple[Any, ...], bytes] | None = \
             Memo(10_000, PACKED_MEMO_BYTES) if remember else None
 
-    async def exchange(self, commands: Sequence[tuple[Any, ...]],
-                       remember: bool = False) -> list[Any]:
+    async def exchange(self, commands: Sequence[tuple[Any, ...]], remember: bool = False,
+                       tags: Sequence[int] | None = None) -> list[Any]:
         """The replies to `commands`, in order; an error reply is its `ResponseError`.
         `remember`: the commands are script calls (str and bytes arguments but the key
         count), packed once per arguments (a decision on the server's clock sends the same
         ones again for the same keys; hiredis formats each argument's length with sprintf:
-        ~24k instructions a composite call, of which the lookup leaves ~1k)."""
+        ~24k instructions a composite call, of which the lookup leaves ~1k). `tags`: the
+        commands are script calls, each sent with its tag and its reply checked (`untagged`:
+        a reply out of step closes the connection and raises `ReplyMismatch`)."""
         conn = await self._take()
         try:
             await self.checked(conn)
-            packed = self.pack(conn, commands, remember)
+            packed = self.pack(conn, commands, remember, tags)
             await conn.send_packed_command(packed, check_health=False)
             replies: list[Any] = []
             for _ in commands:
@@ -569,6 +597,8 @@ class _Wire:
                     replies.append(await conn.read_response())
                 except rex.ResponseError as e:  # the script's error; the next reply follows
                     replies.append(e)
+            if tags is not None:
+                replies = [untagged(r, t) for r, t in zip(replies, tags, strict=True)]
         except BaseException:
             # Replies may be left unread (redis-py has already closed the socket if a read
             # or a write failed, or was cancelled): a new socket next time.
@@ -599,22 +629,28 @@ class _Wire:
             if stale or (moving is not None and moving()):
                 await _close_quietly(conn)
 
-    def pack(self, conn: Any, commands: Sequence[tuple[Any, ...]],
-             remember: bool) -> list[bytes]:
-        """`commands` as `conn` sends them (`exchange`'s `remember`)."""
+    def pack(self, conn: Any, commands: Sequence[tuple[Any, ...]], remember: bool,
+             tags: Sequence[int] | None = None) -> list[bytes]:
+        """`commands` as `conn` sends them (`exchange`'s `remember` and `tags`; remembered
+        commands are script calls, and have tags)."""
         packed: list[bytes] = []
         memo = self._packed if remember else None
-        for args in commands:
+        for i, args in enumerate(commands):
             if memo is None:
-                packed += conn.pack_command(*args)
+                packed += conn.pack_command(*args) if tags is None \
+                    else conn.pack_command(*args, tags[i])
                 continue
+            assert tags is not None
             wire = memo.get(args)
             if wire is None:
-                wire = b"".join(conn.pack_command(*args))
+                # remembered without its tag, which differs on every call: packed with an
+                # empty last argument (b"$0\r\n\r\n") in its place, cut off
+                wire = b"".join(conn.pack_command(*args, b""))[:-6]
                 # (what it holds: the bytes packed, the arguments they were packed from,
                 # about as long, and each object's own size)
                 memo.put(args, wire, 2 * len(wire) + 80 * len(args) + 100)
-            packed.append(wire)
+            tag = b"%d" % tags[i]
+            packed += (wire, b"$%d\r\n%s\r\n" % (len(tag), tag))
         return packed
 
     async def one(self, command: tuple[Any, ...]) -> Any:
@@ -720,8 +756,9 @@ class _Pipe:
         self.conn, self.loop, self.timeout = conn, loop, timeout
         self.writer: asyncio.StreamWriter = conn._writer
         self._on_broken, self._give_back, self._on_error = on_broken, give_back, on_error
-        #: The futures of the calls written, in order, their deadlines (loop time), the calls.
-        self.pending: deque[tuple[asyncio.Future[Any], float, _Call]] = deque()
+        #: The futures of the calls written, in order, their deadlines (loop time), the
+        #: calls, their tags (`untagged`).
+        self.pending: deque[tuple[asyncio.Future[Any], float, _Call, int]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self.broken = self.retiring = False
         #: Its connection is no longer its to give back (its loop closed under its reader).
@@ -752,11 +789,14 @@ class _Pipe:
         if not self.pending:
             self.fail(StoreUnavailable("the store's pipelined connection retired"))
 
-    def send(self, data: list[bytes], batch: list[tuple[_Call, asyncio.Future[Any]]]) -> None:
-        """Write the packed commands `data`, the calls of `batch`; their replies go to their
-        futures, in order (an error reply to `on_error`, which may send it again)."""
+    def send(self, data: list[bytes], batch: list[tuple[_Call, asyncio.Future[Any]]],
+             tags: list[int]) -> None:
+        """Write the packed commands `data`, the calls of `batch` tagged `tags`; their
+        replies go to their futures, in order (an error reply to `on_error`, which may send
+        it again). A reply that is not its call's (`ReplyMismatch`) breaks the pipe: the
+        replies after it cannot be trusted either."""
         deadline = math.inf if self.timeout is None else self.loop.time() + self.timeout
-        self.pending.extend([(f, deadline, c) for c, f in batch])
+        self.pending.extend([(f, deadline, c, t) for (c, f), t in zip(batch, tags, strict=True)])
         if self._timer is None and self.timeout is not None:
             self._timer = self.loop.call_at(deadline, self._check)
         try:
@@ -775,7 +815,14 @@ class _Pipe:
                     error = e
                 if not pending:
                     raise rex.ConnectionError("Redis sent a reply no call was waiting for")
-                future, deadline, call = pending.popleft()
+                future, deadline, call, tag = pending.popleft()
+                if error is None:
+                    try:
+                        reply = untagged(reply, tag)
+                    except ReplyMismatch as e:
+                        if not future.done():
+                            future.set_exception(e)
+                        raise
                 if future.done():  # its caller has gone: the reply is dropped
                     pass
                 elif error is None:
@@ -804,7 +851,7 @@ class _Pipe:
         if self.broken:
             return
         now, expired, soonest = self.loop.time(), False, None
-        for future, deadline, _ in self.pending:  # (in the order sent: deadlines rise)
+        for future, deadline, _, _ in self.pending:  # (in the order sent: deadlines rise)
             if future.done():
                 continue
             if deadline > now:
@@ -830,7 +877,7 @@ class _Pipe:
         pending, self.pending = self.pending, deque()
         if self.loop.is_closed():  # nothing can wait on it, nor run its reader again
             return
-        for future, _, _ in pending:
+        for future, _, _, _ in pending:
             if not future.done():
                 future.set_exception(exc)
         if self._timer is not None:
@@ -1018,7 +1065,13 @@ class AsyncRedisStore(_RedisCore):
         stats.calls += 1
         if script is None:
             return await (client.delete(*call.keys) if call.keys else client.ping())
-        n, keys_args = len(call.keys), (*call.keys, *call.args)
+        tag = next_tag()
+        return await self._untag(await self._evaluate(script, len(call.keys),
+                                                      (*call.keys, *call.args, tag)), tag)
+
+    async def _evaluate(self, script: Script, n: int, keys_args: Sequence[Any]) -> Any:
+        """`_send_one`'s script call on redis-py's client, `keys_args` ending with its tag."""
+        client, stats = self._client, self.stats
         if script.fn and self._fcall:  # as `RedisStore._eval`
             try:
                 return await client.execute_command("FCALL", script.fn, n, *keys_args)
@@ -1096,8 +1149,9 @@ class AsyncRedisStore(_RedisCore):
         stats.calls += len(batch)
         how = "FCALL" if self._fcall else "EVALSHA"
         assert self._wire is not None  # (a pipe is one of its connections)
+        tags = [next_tag() for _ in batch]
         pipe.send(self._wire.pack(pipe.conn, [_script_command(c, how) for c, _ in batch],
-                                  True), batch)
+                                  True, tags), batch, tags)
 
     def _error_reply(self, call: _Call, fut: asyncio.Future[Any], error: Exception,
                      deadline: float) -> None:
@@ -1300,7 +1354,8 @@ class AsyncRedisStore(_RedisCore):
             stats.pipelined_calls += len(calls)
         stats.calls += len(calls)
         results = await self._exchange([_script_command(c, "FCALL" if self._fcall
-                                                        else "EVALSHA") for c in calls])
+                                                        else "EVALSHA") for c in calls],
+                                       [next_tag() for _ in calls])
         return await self._replied(calls, results, retry)
 
     async def _replied(self, calls: list[_Call], results: list[Any],
@@ -1324,22 +1379,40 @@ class AsyncRedisStore(_RedisCore):
             # (not remembered: an EVAL carries the script's whole text, and is sent only for
             # the calls on their way when the server lost its scripts)
             for i, r in zip(redo, await self._exchange(
-                    [_script_command(calls[i], "EVAL") for i in redo], remember=False),
+                    [_script_command(calls[i], "EVAL") for i in redo],
+                    [next_tag() for _ in redo], remember=False),
                     strict=True):
                 results[i] = r
         return results
 
-    async def _exchange(self, commands: list[tuple[Any, ...]],
+    async def _exchange(self, commands: list[tuple[Any, ...]], tags: list[int],
                         remember: bool = True) -> list[Any]:
-        """The replies to the script calls `commands` in one round trip, an error reply as
-        its exception: on the store's own connections (`_Wire`; packed once per arguments
-        when `remember`), or as a redis-py pipeline."""
+        """The replies to the script calls `commands` (tagged `tags`: `untagged`) in one
+        round trip, an error reply as its exception: on the store's own connections
+        (`_Wire`; packed once per arguments when `remember`), or as a redis-py pipeline."""
         if self._wire is not None:
-            return await self._wire.exchange(commands, remember=remember)
+            return await self._wire.exchange(commands, remember=remember, tags=tags)
         pipe = self._client.pipeline(transaction=False)
-        for args in commands:
-            pipe.execute_command(*args)
-        return list(await pipe.execute(raise_on_error=False))
+        for args, tag in zip(commands, tags, strict=True):
+            pipe.execute_command(*args, tag)
+        results = await pipe.execute(raise_on_error=False)
+        return [await self._untag(r, t) for r, t in zip(results, tags, strict=True)]
+
+    async def _untag(self, reply: Any, tag: int) -> Any:
+        """`untagged`, of a reply to redis-py's client; on a reply that is another call's,
+        the client's idle connections are closed first (as `RedisStore._untag`)."""
+        try:
+            return untagged(reply, tag)
+        except ReplyMismatch:
+            client = self._client
+            pool = getattr(client, "connection_pool", None)
+            if pool is not None:
+                await pool.disconnect(inuse_connections=False)
+            else:  # a cluster client: connections per node
+                for node in client.get_nodes():
+                    drop = getattr(node, "disconnect_free_connections", None) or node.disconnect
+                    await drop()
+            raise
 
     async def _run(self, plan: _Plan[T]) -> T:
         try:
