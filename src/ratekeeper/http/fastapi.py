@@ -59,7 +59,7 @@ import functools
 import inspect
 import json
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
@@ -77,11 +77,16 @@ from .._types import Decision
 from ..core import arun
 from ..policy._request import RequestInfo
 from ..stores import AsyncStore
+from ..stores._url import open_store
 from ._decorators import (
     Decorates,
+    KeySpec,
+    LimitSpec,
+    Mode,
     Registry,
+    make_limits,
 )
-from ._policy import Outcome, PolicySpec, RouteLimits, _Adapter
+from ._policy import Cost, HTTPPolicy, Outcome, PolicySpec, RouteLimits, _Adapter
 from .asgi import ASYNC, SCOPE_KEY, AsyncSleep
 from .headers import PROBLEM_CONTENT_TYPE
 
@@ -90,8 +95,9 @@ if TYPE_CHECKING:
 
     from ._policy import AdapterOptions
 
-__all__ = ["Limiter", "RateLimit", "RateLimited", "install_problem_handler",
-           "problem_response"]
+__all__ = ["Limiter", "RateLimit", "RateLimitExceeded", "RateLimited",
+           "_rate_limit_exceeded_handler", "get_ipaddr", "get_remote_address",
+           "install_problem_handler", "problem_response"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -121,6 +127,73 @@ async def problem_response(request: Request, exc: Exception) -> Response:
                     media_type=PROBLEM_CONTENT_TYPE)
 
 
+#: slowapi's name for a rejection (``app.add_exception_handler(RateLimitExceeded, ...)``).
+RateLimitExceeded = RateLimited
+
+
+def _rate_limit_exceeded_handler(request: Request, exc: Exception) -> Response:
+    """slowapi's handler name: the 429 as ``application/problem+json`` with Retry-After and
+    the RateLimit fields (slowapi's is ``{"error": ...}`` JSON; see docs/migration.md)."""
+    if not isinstance(exc, RateLimited):
+        raise exc
+    return Response(exc.body, status_code=exc.status_code, headers=exc.headers,
+                    media_type=PROBLEM_CONTENT_TYPE)
+
+
+def get_remote_address(request: Request) -> str:
+    """slowapi's key function: the peer address of the connection (``"127.0.0.1"`` when
+    the server gives none). Behind a proxy, prefer ratekeeper's ``ClientIP`` (trusted
+    proxies) to either of these."""
+    return request.client.host if request.client else "127.0.0.1"
+
+
+def get_ipaddr(request: Request) -> str:
+    """slowapi's key function, as slowapi reads it: the whole ``X_FORWARDED_FOR`` header
+    (with underscores), else the peer's address. Any client can set that header: behind a
+    proxy, use ratekeeper's ``ClientIP`` (trusted proxies) instead."""
+    forwarded = request.headers.get("x_forwarded_for")
+    return forwarded if forwarded is not None else get_remote_address(request)
+
+
+#: slowapi's (limits') strategy names and ratekeeper's algorithm for each.
+_STRATEGIES: dict[str | None, str] = {
+    None: "fixed-window", "fixed-window": "fixed-window",
+    "moving-window": "sliding-window-log",
+    "sliding-window-counter": "sliding-window-counter",
+}
+
+
+def _refuse_strategy(strategy: str | None) -> str:
+    raise ValueError(
+        f"Limiter: strategy={strategy!r} is not one ratekeeper has; use one of "
+        f"{sorted(k for k in _STRATEGIES if k)} (fixed-window-elastic-expiry: a "
+        f"sliding-window-log limit is stricter), or algorithm= on the decorator")
+
+
+def _slowapi_key(key_func: Callable[..., str]) -> Callable[[RequestInfo], str | None]:
+    """A slowapi key function (of the Starlette request, or of nothing, as slowapi calls
+    it by its signature) as a key function of the `RequestInfo`."""
+    takes_request = bool(inspect.signature(key_func).parameters)
+
+    def key(info: RequestInfo) -> str | None:
+        return str(key_func(info.native) if takes_request else key_func())
+
+    key.__name__ = getattr(key_func, "__name__", "key_func")
+    return key
+
+
+def _exempt_cost(exempt_when: Callable[[], bool], cost: Cost | None) -> Cost:
+    """slowapi's `exempt_when`: a request it is true for costs nothing (it is still
+    decided, so it gets the RateLimit fields)."""
+    def charged(req: RequestInfo) -> float:
+        if exempt_when():
+            return 0
+        if callable(cost):
+            return cost(req)
+        return 1 if cost is None else cost
+    return charged
+
+
 def install_problem_handler(app: Any) -> None:
     """Register `problem_response` for `RateLimited` on a Starlette or FastAPI app."""
     app.add_exception_handler(RateLimited, problem_response)
@@ -141,7 +214,7 @@ class RateLimit(_Adapter[AsyncStore, AsyncSleep]):
 
 
 async def _decide(adapter: _Adapter[AsyncStore, AsyncSleep], request: Request,
-                  response: Response, route: RouteLimits) -> Decision | None:
+                  response: Response | None, route: RouteLimits) -> Decision | None:
     """One decision for `request` (with `route`'s limits): raise `RateLimited`, or add the
     RateLimit fields to `response` and return the decision (None: not limited)."""
     info = RequestInfo.from_asgi(request.scope)
@@ -153,8 +226,9 @@ async def _decide(adapter: _Adapter[AsyncStore, AsyncSleep], request: Request,
         raise RateLimited(out)
     request.scope[SCOPE_KEY] = out.decision
     request.scope[HEADERS_KEY] = out.headers
-    for name, value in out.headers:
-        response.headers.append(name, value)
+    if response is not None:
+        for name, value in out.headers:
+            response.headers.append(name, value)
     return out.decision
 
 
@@ -168,12 +242,76 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
 
     _kind = ASYNC
 
-    def __init__(self, policy: PolicySpec = (),
+    def __init__(self, policy: PolicySpec = (), *,
+                 key_func: Callable[..., str] | None = None,
+                 default_limits: Sequence[str] = (),
+                 storage_uri: str | None = None,
+                 enabled: bool = True,
+                 headers_enabled: bool = False,
+                 strategy: str | None = None,
                  **options: Unpack[AdapterOptions[AsyncStore, AsyncSleep]]) -> None:
+        # slowapi's options, translated onto the one policy (see docs/migration.md):
+        # key_func keys the defaults and every decorator without key=; decorator limits
+        # then replace the defaults (slowapi's override_defaults=True).
+        self._algorithm = _STRATEGIES[strategy] if strategy in _STRATEGIES else \
+            _refuse_strategy(strategy)
+        self._default_key: KeySpec = "client_ip"
+        self._default_mode: Mode = "add"
+        if key_func is not None or default_limits:
+            if policy != ():
+                raise ValueError(
+                    "Limiter: give either a policy or slowapi's key_func=/default_limits=, "
+                    "not both (put the key function in HTTPPolicy(key=...))")
+            key = None if key_func is None else _slowapi_key(key_func)
+            limits = make_limits(list(default_limits), endpoint="default",
+                                 algorithm=self._algorithm, burst=None, name=None) \
+                if default_limits else ()
+            policy = HTTPPolicy(limits=limits, key=key, legacy_headers=headers_enabled)
+            self._default_key = "key" if key is not None else "client_ip"
+            self._default_mode = "replace"
+        if storage_uri is not None:
+            if options.get("store") is not None:
+                raise ValueError("Limiter: give store= or storage_uri=, not both")
+            options["store"] = open_store(storage_uri, asyncio=True)
         super().__init__(policy, **options)
         self._registry = Registry()
+        self.enabled = enabled
+
+    def limit(self, limits: LimitSpec, key_func: Callable[..., str] | None = None, *,
+              key: KeySpec | None = None, algorithm: str | None = None,
+              burst: float | None = None, mode: Mode | None = None,
+              cost: Cost | None = None, name: str | None = None,
+              override_defaults: bool | None = None,
+              exempt_when: Callable[[], bool] | None = None,
+              error_message: str | None = None, per_method: bool = False,
+              methods: Sequence[str] | None = None) -> Callable[[F], F]:
+        """`Decorates.limit`, taking slowapi's arguments too: `key_func` (positional, of
+        the request or of nothing), ``override_defaults`` (True: ``mode="replace"``) and
+        `exempt_when`; those ratekeeper cannot honour are refused here, naming the
+        alternative."""
+        for given, what, instead in (
+                (error_message, "error_message=", "the problem+json detail of "
+                 "install_problem_handler, or your own RateLimited handler"),
+                (per_method or None, "per_method=", "a decorator per method's endpoint"),
+                (methods, "methods=", "a decorator on the endpoint of those methods")):
+            if given is not None:
+                raise ValueError(f"@limiter.limit: {what}{given!r} is not supported; use "
+                                 f"{instead} (docs/migration.md, slowapi)")
+        if key_func is not None and key is not None:
+            raise ValueError("@limiter.limit: give key_func or key=, not both")
+        if override_defaults is not None and mode is None:
+            mode = "replace" if override_defaults else "add"
+        if exempt_when is not None:  # the peer's zero-argument predicate, per request
+            cost = _exempt_cost(exempt_when, cost)
+        return super().limit(
+            limits, key=key if key is not None else
+            _slowapi_key(key_func) if key_func is not None else self._default_key,
+            algorithm=algorithm or self._algorithm, burst=burst,
+            mode=mode or self._default_mode, cost=cost, name=name)
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
+        if not self.enabled:
+            return None
         if request.scope.get(DECIDED_KEY):  # e.g. also a router's dependency
             return request.scope.get(SCOPE_KEY)
         request.scope[DECIDED_KEY] = True
@@ -198,13 +336,18 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
         request_name = own_request or "ratekeeper_request"
         response_name = own_response or "ratekeeper_response"
 
+        # Starlette passes the request positionally (FastAPI by name).
+        request_at = list(sig.parameters).index(own_request) if own_request else 0
+
         @functools.wraps(func)
         async def endpoint(*args: Any, **kwargs: Any) -> Any:
-            request: Request = (kwargs[request_name] if own_request
-                                else kwargs.pop(request_name))
-            response: Response = (kwargs[response_name] if own_response
-                                  else kwargs.pop(response_name))
-            if not request.scope.get(DECIDED_KEY):
+            request: Request = (
+                kwargs.pop(request_name) if not own_request
+                else kwargs[request_name] if request_name in kwargs else args[request_at])
+            # None on a Starlette route: the fields go on the returned Response.
+            response: Response | None = (kwargs.get(response_name) if own_response
+                                         else kwargs.pop(response_name, None))
+            if self.enabled and not request.scope.get(DECIDED_KEY):
                 request.scope[DECIDED_KEY] = True
                 await _decide(self, request, response, registry.find(endpoint))
             if is_async:
@@ -243,7 +386,10 @@ def _parameter_of(sig: inspect.Signature, hints: dict[str, Any], cls: type) -> s
     """The name of `sig`'s parameter annotated with `cls` (or a subclass), if any."""
     for p in sig.parameters.values():
         ann = hints.get(p.name, p.annotation)
-        if isinstance(ann, type) and issubclass(ann, cls) and p.kind in (
-                p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        if isinstance(ann, type) and issubclass(ann, cls):
             return p.name
+        if cls is Request and p.name == "request" and ann is p.empty:
+            return p.name  # slowapi's rule: the parameter named request (Starlette's)
     return None
