@@ -453,8 +453,10 @@ class _ServiceApp(Starlette):
         await super().__call__(scope, receive, send)
 
 
-def create_app(service: Service) -> Starlette:
-    """The ASGI application of the decision service."""
+def create_app(service: Service, limit_headers: Any = None) -> Starlette:
+    """The ASGI application of the decision service. `limit_headers` (a
+    `_grpc.LimitHeaders`): envoyproxy/ratelimit's headers in ``POST /json``'s answers, as
+    in the gRPC ones."""
     engine = service.engine
     stats = service.stats
     error_on_store_failure = service.store_failure == "error"
@@ -537,6 +539,41 @@ def create_app(service: Service) -> Starlette:
         out = await answer(request.scope, request.receive, decide_http)
         return out if isinstance(out, Response) else _JSONBytes(out)
 
+    async def go_json(request: Request) -> Response:
+        # envoyproxy/ratelimit's /json: a RateLimitRequest in protobuf JSON, answered with
+        # the RateLimitResponse gRPC would give, 200 (OK) or 429 (OVER_LIMIT).
+        from google.protobuf import json_format  # type: ignore[import-untyped]  # noqa: PLC0415
+
+        from ._grpc import parse_request, response_for  # noqa: PLC0415
+        from .proto.envoy.service.ratelimit.v3 import rls_pb2  # noqa: PLC0415
+        over = False
+
+        async def decide_json(body: bytes) -> tuple[str, bytes]:
+            nonlocal over
+            req = rls_pb2.RateLimitRequest()
+            try:
+                json_format.Parse(body, req)
+            except (json_format.ParseError, RecursionError, UnicodeDecodeError) as e:
+                raise InvalidRequest(
+                    "the body is not a RateLimitRequest in protobuf JSON (envoyproxy/"
+                    'ratelimit\'s /json: {"domain": "d", "descriptors": [{"entries": '
+                    f'[{{"key": "k", "value": "v"}}]}}]}}): {str(e)[:200]}') from None
+            domain, descriptors, hits = parse_request(req)
+            res = await engine.check(domain, descriptors, hits)
+            if res.degraded and error_on_store_failure:
+                raise StoreFailed
+            resp = response_for(res, limit_headers, now=engine.clock())
+            over = resp.overall_code == rls_pb2.RateLimitResponse.OVER_LIMIT
+            result = "degraded" if res.degraded else \
+                "ok" if res.known_domain else "unknown_domain"
+            return result, json.dumps(json_format.MessageToDict(resp),
+                                      separators=(",", ":")).encode()
+
+        out = await answer(request.scope, request.receive, decide_json)
+        if isinstance(out, Response):
+            return out
+        return Response(out, status_code=429 if over else 200, media_type="application/json")
+
     async def policies(request: Request) -> Response:
         doc = service.holder.current.describe()
         doc["last_reload_error"] = service.holder.last_error
@@ -586,6 +623,7 @@ def create_app(service: Service) -> Starlette:
         routes=[
             _route("/v1/check", check, "POST"),
             _route("/v1/http", http_check, "POST"),
+            _route("/json", go_json, "POST"),
             _route("/v1/policies", policies, "GET"),
             _route("/healthz", healthz, "GET"),
             _route("/readyz", readyz, "GET"),

@@ -332,7 +332,8 @@ async def serve(options: ServeOptions, *,
                                      "compiled": _compiled_modules()}
         if options.http_port is not None or options.http_unix is not None:
             config = uvicorn.Config(
-                create_app(service), host=options.host, port=options.http_port or 0,
+                create_app(service, options.limit_headers), host=options.host,
+                port=options.http_port or 0,
                 log_config=None, access_log=options.access_log, lifespan="off",
                 http=http_parser(),
                 server_header=False, timeout_graceful_shutdown=max(1, math.ceil(options.grace)),
