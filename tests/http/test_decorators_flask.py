@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 
 from ratekeeper import Limit
 from ratekeeper.http import HTTPPolicy, RequestInfo
-from ratekeeper.http.flask import Limiter
+from ratekeeper.http.flask import Limiter, RateLimitExceeded
 from ratekeeper.testing import ManualClock
 from tests.http.test_decorators_fastapi import POLICIES
 
@@ -216,3 +216,121 @@ def test_flask_decorators_with_a_policies_file(clock: ManualClock, tmp_path: Pat
 def test_flask_decorator_refuses_a_key_it_cannot_count_by() -> None:
     with pytest.raises(ValueError, match="with a Python HTTPPolicy"):
         Limiter(policy=DEFAULT).limit("1/s", key="user")
+
+
+def test_flask_async_view_under_limit_is_answered_then_rejected_not_a_500(
+        clock: ManualClock) -> None:
+    """Issue 29 defect 5: an ``async def`` view is run through ``app.ensure_sync``."""
+    limiter = Limiter(clock=clock)
+    app = Flask(__name__)
+    limiter.init_app(app)
+
+    @app.get("/slow")
+    @limiter.limit("2/minute")
+    async def slow() -> str:
+        return "slow"
+
+    c = client(app)
+    assert get(c, "/slow").get_data(as_text=True) == "slow"
+    assert statuses(c, 2, "/slow") == [200, 429]
+
+
+def test_flask_second_limiter_on_one_app_enforces_its_own_limits(
+        clock: ManualClock) -> None:
+    """Issue 29 defect 6: each limiter has its own "decided" flag in ``flask.g``."""
+    first = Limiter(clock=clock)
+    second = Limiter(policy=Limit("fixed-window", "2/minute", name="second"), clock=clock)
+    app = Flask(__name__)
+    first.init_app(app)
+    second.init_app(app)
+
+    @app.get("/a")
+    @first.limit("10/minute")
+    def a() -> str:
+        return "a"
+
+    assert statuses(client(app), 3, "/a") == [200, 200, 429]
+
+
+def test_flask_decorated_helper_called_by_a_view_is_limited_at_each_call(
+        clock: ManualClock) -> None:
+    """Issue 29 defect 9: as flask-limiter's (tests/test_decorators.py::
+    test_non_route_decoration_static_limits), a decorated helper decides its own limits
+    (not the defaults again) each time a view calls it; its 429 is raised from the helper."""
+    limiter = Limiter(policy=Limit("fixed-window", "10/minute", name="default"), clock=clock)
+    app = Flask(__name__)
+    limiter.init_app(app)
+
+    @limiter.limit("1/minute")
+    def lookup() -> str:
+        return "looked up"
+
+    @app.get("/t1")
+    def t1() -> str:
+        return lookup()
+
+    @app.get("/plain")
+    def plain() -> str:
+        return "plain"
+
+    c = client(app)
+    assert statuses(c, 2, "/t1") == [200, 429]
+    assert statuses(c, 8, "/plain") == [200] * 8  # the defaults counted once per request
+    assert statuses(c, 1, "/plain") == [429]
+
+
+def test_flask_helper_defined_inside_a_view_is_limited_across_requests_not_refused(
+        clock: ManualClock) -> None:
+    """Issue 29 defect 9: a helper decorated inside a view (flask-limiter's
+    tests/test_decorators.py::test_inner_function_decoration) is the same endpoint at each
+    request, not a duplicate name (a 500), and its registry entry is replaced, not grown."""
+    limiter = Limiter(clock=clock)
+    app = Flask(__name__)
+    limiter.init_app(app)
+
+    @app.get("/t1")
+    def t1() -> str:
+        @limiter.limit("3/minute")
+        def inner() -> str:
+            return "inner"
+
+        return inner()
+
+    assert statuses(client(app), 4, "/t1") == [200, 200, 200, 429]
+    assert len(limiter._registry.specs) == 1
+
+
+def test_flask_static_files_are_not_limited(clock: ManualClock, tmp_path: Path) -> None:
+    """flask-limiter exempts the app's static files; so does ratekeeper's Flask limiter."""
+    (tmp_path / "image.txt").write_text("static")
+    app = Flask(__name__, static_folder=str(tmp_path), static_url_path="/static")
+    Limiter(app, policy=Limit("fixed-window", "1/minute", name="default"), clock=clock)
+    c = client(app)
+    for _ in range(3):
+        with get(c, "/static/image.txt") as r:
+            assert (r.status_code, r.get_data(as_text=True)) == (200, "static")
+    assert statuses(c, 2, "/nothing") == [404, 429]
+
+
+def test_flask_app_errorhandler_429_renders_the_rejection_with_its_headers(
+        clock: ManualClock) -> None:
+    """A rejection is a ``werkzeug.exceptions.TooManyRequests`` (RateLimitExceeded) raised,
+    as flask-limiter's, so ``@app.errorhandler(429)`` runs; Retry-After is still sent."""
+    limiter = Limiter(clock=clock)
+    app = Flask(__name__)
+    limiter.init_app(app)
+
+    @app.get("/a")
+    @limiter.limit("1/minute")
+    def a() -> str:
+        return "a"
+
+    @app.errorhandler(429)
+    def too_many(e: RateLimitExceeded) -> tuple[dict[str, Any], int]:
+        return {"error": "slow down", "allowed": e.decision.allowed}, 429
+
+    c = client(app)
+    get(c, "/a")
+    r = get(c, "/a")
+    assert (r.status_code, r.get_json()) == (429, {"error": "slow down", "allowed": False})
+    assert int(r.headers["Retry-After"]) > 0

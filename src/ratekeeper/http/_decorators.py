@@ -102,9 +102,10 @@ class Spec:
     exempt: bool = False
     others: list[Spec] | None = None  # stacked decorators with another key or cost
     route: tuple[RouteLimit, ...] | None = None
+    own: tuple[RouteLimit, ...] | None = None  # route in mode "replace" (a helper's)
 
     def add(self, other: Spec) -> None:
-        self.route = None
+        self.route = self.own = None
         if self.exempt or other.exempt:  # exempt wins, in either order (as flask-limiter's)
             self.exempt = True
             return
@@ -132,6 +133,16 @@ class Spec:
             self.route = tuple(out)
         return self.route
 
+    def own_limit(self) -> tuple[RouteLimit, ...]:
+        """The endpoint's `RouteLimit`s without the policy's limits (mode ``"replace"``):
+        what a decorated helper decides when a view calls it (its view decided those)."""
+        if self.own is None:
+            self.own = tuple(r if r.mode == "replace" or r.exempt else
+                             RouteLimit(r.limits, r.endpoint, key=r.key, mode="replace",
+                                        cost=r.cost)
+                             for r in self.route_limit())
+        return self.own
+
 
 def check_key(key: KeySpec, engine: _Engine | _PoliciesEngine, endpoint: str) -> None:
     """Refuse, when the decorator is applied, a key the engine could not count by."""
@@ -151,6 +162,17 @@ def check_key(key: KeySpec, engine: _Engine | _PoliciesEngine, endpoint: str) ->
                          "function of the RequestInfo)")
 
 
+def _definition(func: object) -> object:
+    """The code object of the ``def`` `func` (behind its wrappers) comes from, or `func`
+    itself when it has none."""
+    for _ in range(16):
+        wrapped = getattr(func, "__wrapped__", None)
+        if wrapped is None:
+            break
+        func = wrapped
+    return getattr(func, "__code__", func)
+
+
 class Registry:
     """The endpoints one limiter decorated: function -> `Spec`."""
 
@@ -162,6 +184,11 @@ class Registry:
         """Record `spec` for `func` (adding to its earlier decorators). Two functions of
         one default name would share state without knowing it: refused unless `named`."""
         owner = self.names.setdefault(spec.endpoint, func)
+        if owner is not func and _definition(owner) is _definition(func):
+            # the same ``def`` run again (a helper defined inside a view, decorated at each
+            # request): the new function replaces the old, whose limits it has anew
+            self.specs.pop(owner, None)
+            self.names[spec.endpoint] = owner = func
         if owner is not func and not named:
             raise ValueError(
                 f"two endpoints are named {spec.endpoint!r} ({owner!r} and {func!r}); their "
@@ -181,6 +208,11 @@ class Registry:
             for name, owner in self.names.items():
                 if owner is func:
                     self.names[name] = target
+
+    def find_own(self, func: object) -> tuple[RouteLimit, ...] | None:
+        """The `RouteLimit`s of `func` without the policy's limits (a decorated helper)."""
+        spec = self.specs.get(func)
+        return None if spec is None else spec.own_limit()
 
     def find(self, func: object) -> tuple[RouteLimit, ...] | None:
         """The `RouteLimit`s of endpoint `func` (looked for through ``__wrapped__`` too)."""

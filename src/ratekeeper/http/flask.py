@@ -25,12 +25,16 @@ takes: an `HTTPPolicy`, its default limits, or a policies file (``[http]`` part)
 synchronous `Store` (`MemoryStore`, `RedisStore`); ``init_app(app)`` for the app-factory
 pattern. Its ``before_request`` hook finds the view of ``request.endpoint``, and decides the
 policy's limits and the view's decorator limits as one, all-or-nothing: a rejection is
-answered as the WSGI middleware answers it (the status, Retry-After, the RateLimit fields,
-an ``application/problem+json`` body); an admitted response gets the RateLimit fields in
-``after_request``, and the decision is in ``request.environ["ratekeeper.decision"]``.
-Requests for no view (404s) are decided with the defaults, as by the middleware. A
-decorated view of an app the limiter was never attached to still decides its own limits
-(with the defaults) when it is called.
+`RateLimitExceeded` raised (a ``werkzeug.exceptions.TooManyRequests``, as flask-limiter's,
+so ``@app.errorhandler(429)`` runs; with none it is rendered as the WSGI middleware answers:
+the status, Retry-After, the RateLimit fields, an ``application/problem+json`` body); a
+response gets the RateLimit fields in ``after_request``, and the decision is in
+``request.environ["ratekeeper.decision"]``. Requests for no view (404s) are decided with
+the defaults, as by the middleware; static files (endpoint ``static``, ``<bp>.static``)
+are not limited. A decorated view of an app the limiter was never attached to still
+decides its own limits (with the defaults) when it is called; a decorated helper a view
+calls decides its own limits alone at each call (flask-limiter's behaviour); an ``async
+def`` view runs through ``app.ensure_sync``. Several limiters on one app each decide.
 
 ``@limiter.limit(limits, key="client_ip", algorithm="fixed-window", burst=None,
 mode="add", cost=None, name=None)``: `limits` is a rate string (``"5/minute"``), a `Limit`,
@@ -44,17 +48,20 @@ cost). `key` is ``"client_ip"``, ``"header:<name>"``, a function of the `Request
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
     import flask
     from flask import Flask, Response, g, request
+    from werkzeug.exceptions import TooManyRequests
 except ImportError as e:  # pragma: no cover - exercised in a subprocess
     raise ImportError(
         f"ratekeeper.http.flask needs Flask: pip install 'ratekeeper[flask]' ({e})"
     ) from e
 
+from .._types import Decision
 from ..core import run
 from ..policy._request import RequestInfo
 from ..stores import Store
@@ -70,12 +77,35 @@ if TYPE_CHECKING:
 
     from ._policy import AdapterOptions
 
-__all__ = ["Limiter"]
+__all__ = ["Limiter", "RateLimitExceeded"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_DECIDED = "_ratekeeper_decided"
-_HEADERS = "_ratekeeper_headers"
+class RateLimitExceeded(TooManyRequests):
+    """A request over its limits (a 429), raised as flask-limiter raises its own so that
+    the app's ``@app.errorhandler(429)`` runs; with none, Flask renders `response` (the
+    WSGI middleware's answer: Retry-After, the RateLimit fields, a problem+json body).
+    The RateLimit fields are added to a handler's own response too. `decision` is
+    ratekeeper's `Decision`."""
+
+    def __init__(self, response: Response, decision: Decision) -> None:
+        super().__init__(response=response)
+        self.decision = decision
+
+
+def _is_static(endpoint: str) -> bool:
+    """Whether `endpoint` serves the app's or a blueprint's static files (not limited, as
+    by flask-limiter: an endpoint ``static`` or ``<blueprint>.static``)."""
+    return endpoint.rpartition(".")[2] == "static"
+
+
+def _views(view: object) -> Iterator[object]:
+    """`view` and what it wraps (``__wrapped__``, at most 16 deep)."""
+    for _ in range(16):
+        if view is None:
+            return
+        yield view
+        view = getattr(view, "__wrapped__", None)
 
 
 class Limiter(Decorates, _Adapter[Store, Sleep]):
@@ -87,6 +117,9 @@ class Limiter(Decorates, _Adapter[Store, Sleep]):
                  **options: Unpack[AdapterOptions[Store, Sleep]]) -> None:
         super().__init__(policy, **options)
         self._registry = Registry()
+        # each limiter its own flags in flask.g: two limiters on one app both decide
+        self._decided = f"_ratekeeper_decided_{id(self):x}"
+        self._headers = f"_ratekeeper_headers_{id(self):x}"
         if app is not None:
             self.init_app(app)
 
@@ -97,45 +130,60 @@ class Limiter(Decorates, _Adapter[Store, Sleep]):
         app.after_request(self._after)
         app.extensions["ratekeeper"] = self
 
-    def _decide(self, route: RouteLimits) -> Response | None:
-        """One decision for the current request: a rejection response, or None (the
-        RateLimit fields kept for `_after`)."""
-        setattr(g, _DECIDED, True)
+    def _decide(self, route: RouteLimits) -> None:
+        """One decision for the current request: `RateLimitExceeded` raised for a
+        rejection; the RateLimit fields kept for `_after` either way."""
+        setattr(g, self._decided, True)
         info = RequestInfo.from_wsgi(request.environ)
         info.native = request
         out: Outcome | None = run(self.engine.handle(info, route))
         if out is None:  # not limited
-            return None
-        if out.action == "reject":
-            return flask.current_app.response_class(out.body, status=out.status,
-                                                    headers=out.headers)
+            return
         request.environ[ENVIRON_KEY] = out.decision
-        setattr(g, _HEADERS, out.headers)
-        return None
+        setattr(g, self._headers, out.headers)
+        if out.action == "reject":
+            raise RateLimitExceeded(
+                flask.current_app.response_class(out.body, status=out.status,
+                                                 headers=out.headers), out.decision)
 
-    def _before(self) -> Response | None:
-        if g.get(_DECIDED):
-            return None
-        view = flask.current_app.view_functions.get(request.endpoint or "")
-        return self._decide(self._registry.find(view))
+    def _before(self) -> None:
+        if g.get(self._decided):
+            return
+        endpoint = request.endpoint or ""
+        if _is_static(endpoint):
+            return
+        view = flask.current_app.view_functions.get(endpoint)
+        self._decide(self._registry.find(view))
 
     def _after(self, response: Response) -> Response:
-        for name, value in g.pop(_HEADERS, None) or ():
-            response.headers.add(name, value)
+        headers = g.pop(self._headers, None)
+        if headers:
+            present = {name.lower() for name, _ in response.headers.items()}
+            for name, value in headers:
+                if name.lower() not in present:  # a rejection's response has them already
+                    response.headers.add(name, value)
         return response
 
     def _guard(self, func: F) -> F:
         """`func`, deciding its own limits when no ``before_request`` hook of this limiter
-        did (an app `init_app` was never called for)."""
+        did (an app `init_app` was never called for), or, as flask-limiter does, when it
+        is not the request's view but a helper it calls: then only its own limits (the
+        view's were decided already) are decided, at each call. An ``async def`` is run
+        through ``app.ensure_sync`` as Flask runs an async view."""
         registry = self._registry
+        is_async = inspect.iscoroutinefunction(func)
 
         @functools.wraps(func)
         def view(*args: Any, **kwargs: Any) -> Any:
-            if not g.get(_DECIDED):
-                rejected = self._decide(registry.find(view))
-                if rejected is not None:
-                    return rejected
-                flask.after_this_request(self._after)
+            if flask.has_request_context():
+                if not g.get(self._decided):
+                    flask.after_this_request(self._after)
+                    self._decide(registry.find(view))
+                elif view not in _views(
+                        flask.current_app.view_functions.get(request.endpoint or "")):
+                    self._decide(registry.find_own(view))
+            if is_async:
+                return flask.current_app.ensure_sync(func)(*args, **kwargs)
             return func(*args, **kwargs)
 
         view._ratekeeper_limiter = self  # type: ignore[attr-defined]
