@@ -133,10 +133,13 @@ RateLimitExceeded = RateLimited
 
 def _rate_limit_exceeded_handler(request: Request, exc: Exception) -> Response:
     """slowapi's handler name: the 429 as ``application/problem+json`` with Retry-After and
-    the RateLimit fields (slowapi's is ``{"error": ...}`` JSON; see docs/migration.md)."""
+    the RateLimit fields, and slowapi's ``"error"`` member beside the problem's (a client
+    reading ``body["error"]`` keeps working)."""
     if not isinstance(exc, RateLimited):
         raise exc
-    return Response(exc.body, status_code=exc.status_code, headers=exc.headers,
+    body: dict[str, Any] = dict(exc.detail) if isinstance(exc.detail, dict) else {}
+    body["error"] = f"Rate limit exceeded: {body.get('policy', exc.decision.limit)}"
+    return Response(json.dumps(body), status_code=exc.status_code, headers=exc.headers,
                     media_type=PROBLEM_CONTENT_TYPE)
 
 
@@ -182,16 +185,14 @@ def _slowapi_key(key_func: Callable[..., str]) -> Callable[[RequestInfo], str | 
     return key
 
 
-def _exempt_cost(exempt_when: Callable[[], bool], cost: Cost | None) -> Cost:
-    """slowapi's `exempt_when`: a request it is true for costs nothing (it is still
-    decided, so it gets the RateLimit fields)."""
-    def charged(req: RequestInfo) -> float:
-        if exempt_when():
-            return 0
-        if callable(cost):
-            return cost(req)
-        return 1 if cost is None else cost
-    return charged
+def _exempted(endpoint: object, request: Request) -> bool:
+    """Whether slowapi's `exempt_when` given to `endpoint`'s decorator (of the request, or
+    of nothing) exempts this request: then it is not decided at all."""
+    exempt_when = getattr(endpoint, "_ratekeeper_exempt_when", None)
+    if exempt_when is None:
+        return False
+    takes_request = bool(inspect.signature(exempt_when).parameters)
+    return bool(exempt_when(request) if takes_request else exempt_when())
 
 
 def install_problem_handler(app: Any) -> None:
@@ -282,7 +283,7 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
               burst: float | None = None, mode: Mode | None = None,
               cost: Cost | None = None, name: str | None = None,
               override_defaults: bool | None = None,
-              exempt_when: Callable[[], bool] | None = None,
+              exempt_when: Callable[..., bool] | None = None,
               error_message: str | None = None, per_method: bool = False,
               methods: Sequence[str] | None = None) -> Callable[[F], F]:
         """`Decorates.limit`, taking slowapi's arguments too: `key_func` (positional, of
@@ -301,13 +302,20 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
             raise ValueError("@limiter.limit: give key_func or key=, not both")
         if override_defaults is not None and mode is None:
             mode = "replace" if override_defaults else "add"
-        if exempt_when is not None:  # the peer's zero-argument predicate, per request
-            cost = _exempt_cost(exempt_when, cost)
-        return super().limit(
+        decorate = super().limit(
             limits, key=key if key is not None else
             _slowapi_key(key_func) if key_func is not None else self._default_key,
             algorithm=algorithm or self._algorithm, burst=burst,
             mode=mode or self._default_mode, cost=cost, name=name)
+        if exempt_when is None:
+            return decorate
+
+        def decorate_exempt_when(func: F) -> F:
+            target = decorate(func)
+            target._ratekeeper_exempt_when = exempt_when  # type: ignore[attr-defined]
+            return target
+
+        return decorate_exempt_when
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
         if not self.enabled:
@@ -315,7 +323,10 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
         if request.scope.get(DECIDED_KEY):  # e.g. also a router's dependency
             return request.scope.get(SCOPE_KEY)
         request.scope[DECIDED_KEY] = True
-        route = self._registry.find(request.scope.get("endpoint"))
+        endpoint = request.scope.get("endpoint")
+        if _exempted(endpoint, request):
+            return None
+        route = self._registry.find(endpoint)
         return await _decide(self, request, response, route)
 
     def _guard(self, func: F) -> F:
@@ -347,7 +358,8 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
             # None on a Starlette route: the fields go on the returned Response.
             response: Response | None = (kwargs.get(response_name) if own_response
                                          else kwargs.pop(response_name, None))
-            if self.enabled and not request.scope.get(DECIDED_KEY):
+            if self.enabled and not request.scope.get(DECIDED_KEY) and \
+                    not _exempted(endpoint, request):
                 request.scope[DECIDED_KEY] = True
                 await _decide(self, request, response, registry.find(endpoint))
             if is_async:
