@@ -162,10 +162,39 @@ def test_series_merges_buckets_past_its_bound_and_keeps_every_request() -> None:
     s = Series(width=1.0, max_buckets=8)
     for i in range(100):
         s.add(1000.0 + i * 0.5, i % 3)
-    assert len(s.offered) <= 8 and s.width == 8.0
+    assert len(s.offered) <= 8 and s.width == 10.0  # 1 s -> 2 s -> 10 s, the clock's ladder
     assert sum(s.offered) == 100
     assert sum(s.rejected) == sum(1 for i in range(100) if i % 3 == 2)
     assert sum(s.delayed) == sum(1 for i in range(100) if i % 3 == 1)
+
+
+def test_series_widths_are_clock_units_aligned_to_the_clock() -> None:
+    """Two days of one request a minute: the width steps up the ladder, never a power of
+    two of seconds, and every bucket starts on the clock (a multiple of its width)."""
+    s = Series(max_buckets=1000)
+    start = 1_700_000_017.0
+    for i in range(2 * 24 * 60):
+        s.add(start + 60 * i, 0)
+    assert s.width == 600.0  # 10 min: 288 buckets; 2 min would need 1440
+    assert s.t0 is not None and s.t0 % 600 == 0
+    assert sum(s.offered) == 2 * 24 * 60
+    assert all(n == 10 for n in s.offered[1:-1])  # whole 10-minute buckets of one a minute
+
+
+def test_a_bucket_given_is_kept_or_refused_never_silently_widened() -> None:
+    """``--bucket 60`` over a log longer than 1000 minutes is refused with the smallest
+    width that fits; within 1000 minutes it stays 60 s."""
+    base = per_client_policies("1000/s", 1000)
+    evs = [ev(1_700_000_000.0 + 30.0 * i, "10.0.0.1")
+           for i in range(2 * 1000 + 10)]  # 1000 min 5 s
+    cands = [Candidate("a", parse_policies(base, source="<a>"))]
+    with pytest.raises(ValueError, match=r"bucket 60 s: .*more than 1000 buckets of 60 s; "
+                       r"give a bucket of at least 60.* \(e\.g\. 120\)"):
+        compare(cands, evs, bucket=60.0)
+    kept = compare(cands, evs[:1990], bucket=60.0)
+    assert kept.bucket == 60.0 and kept.policies[0].series.width == 60.0
+    chosen = compare(cands, evs)
+    assert chosen.bucket == 120.0  # chosen, and said so in the result
 
 
 def test_overrides_name_the_bad_part() -> None:

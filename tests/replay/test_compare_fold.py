@@ -29,7 +29,7 @@ from tests.replay.test_fast_path import PER_IP, POLICIES, SYNTHETIC_FORMAT, synt
 
 
 def fold(name: str, policies: Policies, events: list[LogEvent], client_of: Any, *,
-         gap: float, bucket: float, max_buckets: int, top: int) -> dict[str, Any]:
+         gap: float, bucket: float | None, max_buckets: int, top: int) -> dict[str, Any]:
     """One candidate's figures, computed request by request (the reference)."""
     counts = dict.fromkeys(("admitted", "delayed", "rejected", "not_limited",
                             "shadow_rejected"), 0)
@@ -37,7 +37,8 @@ def fold(name: str, policies: Policies, events: list[LogEvent], client_of: Any, 
     rejected_load: dict[str, bool] = {}
     rejections: dict[str, int] = {}
     page_loads = page_loads_rejected = 0
-    series, delays = Series(bucket, max_buckets), DelaySketch()
+    series = Series(1.0 if bucket is None else bucket, max_buckets, fixed=bucket is not None)
+    delays = DelaySketch()
     top_clients, top_counters = SpaceSaving(1000), SpaceSaving(1000)
     for r in replay(policies, events):
         ev, d, c = r.event, r.decision, client_of(r.event)
@@ -98,7 +99,7 @@ def test_compare_is_the_plain_fold_of_each_candidates_replay(tmp_path: Path) -> 
              Candidate("dry-run", parse_policies_text(
                  POLICIES.replace('domain = "web"\n', 'domain = "web"\ndry_run = true\n', 1)))]
     who = client_resolver(cands[0].policies)
-    settings = {"gap": 0.5, "bucket": 0.25, "max_buckets": 16, "top": 5}
+    settings = {"gap": 0.5, "bucket": None, "max_buckets": 16, "top": 5}
     got = compare(cands, events, client_of=who, **settings).to_json()
     want = [fold(c.name, c.policies, events, who, **settings) for c in cands]
     assert got["events"] == len(events)
@@ -109,7 +110,7 @@ def test_compare_is_the_plain_fold_of_each_candidates_replay(tmp_path: Path) -> 
     several, _, dry = got["policies"]
     assert several["delayed"] and several["rejected"] and several["not_limited"]
     assert dry["shadow_rejected"] and not dry["rejected"]
-    assert several["series"]["width"] > 0.25
+    assert several["series"]["width"] > 1.0
 
 
 def test_a_request_back_in_time_after_the_series_halved_is_counted_in_its_new_bucket() -> None:
@@ -122,7 +123,7 @@ def test_a_request_back_in_time_after_the_series_halved_is_counted_in_its_new_bu
               for i, (t, c) in enumerate([(0.0, "198.51.100.4"), (5.0, "198.51.100.1"),
                                           (5.0, "198.51.100.2"), (50.0, "198.51.100.2"),
                                           (5.0, "198.51.100.3")])]
-    settings = {"gap": 1.0, "bucket": 1.0, "max_buckets": 8, "top": 5}
+    settings = {"gap": 1.0, "bucket": None, "max_buckets": 8, "top": 5}
     got = compare([Candidate("p", policies)], events, **settings).to_json()["policies"][0]
     want = fold("p", policies, events, lambda e: e.client, **settings)
     assert got["rejected"] == 1

@@ -31,7 +31,7 @@ from ..policy import PolicyError, load_policies, parse_policies
 from ._compare import Candidate, Comparison, client_resolver, compare, with_overrides
 from ._events import LogEvent, ReadStats
 from ._logs import LogReader, read_log
-from ._recommend import Recommendation, check_target, recommend
+from ._recommend import ABUSIVE_SHARE, Recommendation, check_target, recommend
 from ._report import PlotExtraMissing, report_html, require_plot, write_pngs, write_svgs
 
 if sys.version_info >= (3, 11):
@@ -44,11 +44,12 @@ __all__ = ["Progress", "add_recommend", "add_replay", "run_recommend", "run_repl
 
 class Progress:
     """A one-line progress report on `stream`, redrawn at most every `interval` seconds;
-    silent unless `stream` is a terminal (piped output stays clean)."""
+    silent unless `stream` is a terminal (piped output stays clean) or `force`d."""
 
-    def __init__(self, stream: IO[str], *, interval: float = 0.2) -> None:
+    def __init__(self, stream: IO[str], *, interval: float = 0.2, force: bool = False
+                 ) -> None:
         isatty = getattr(stream, "isatty", None)
-        self.on = bool(isatty is not None and isatty())
+        self.on = force or bool(isatty is not None and isatty())
         self.stream, self.interval = stream, interval
         self.start = self.last = time.monotonic()
         self.drawn = False
@@ -119,8 +120,10 @@ def _add_log(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gap", type=_positive, default=1.0, metavar="S",
                    help="one client's requests at most S seconds apart are one page load "
                    "(default 1)")
-    p.add_argument("--bucket", type=_positive, default=1.0, metavar="S",
-                   help="seconds per point of the time series (default 1)")
+    p.add_argument("--bucket", type=_positive, default=None, metavar="S",
+                   help="seconds per point of the time series, kept as given (default: "
+                   "chosen from 1 s, 2 s, 10 s, 30 s, 1 min ... 1 day for at most 1000 "
+                   "points)")
     p.add_argument("--json", default=None, metavar="OUT",
                    help="also write every figure as JSON to OUT (- for stdout)")
     p.add_argument("--html", default=None, metavar="OUT",
@@ -150,6 +153,14 @@ def add_recommend(p: argparse.ArgumentParser) -> None:
                    "(default 99)")
     p.add_argument("--window", type=_positive, default=60.0, metavar="S",
                    help="the long window of the clients' sustained rates (default 60 s)")
+    p.add_argument("--abusive-share", type=_percent, default=ABUSIVE_SHARE,
+                   metavar="PERCENT", help="a client with at least 10 requests, this "
+                   "percentage of them answered 4xx other than 429, is abusive: shown apart "
+                   "and left out of the proposal (default 50)")
+    p.add_argument("--include-abusive", action="store_true",
+                   help="count every client, scanners included, in the proposal")
+    p.add_argument("--progress", action="store_true",
+                   help="show progress on stderr even when it is not a terminal")
     _add_log(p)
 
 
@@ -229,9 +240,13 @@ def run_replay(args: argparse.Namespace) -> int:
         return _err("replay", f"--log: {e}")
     progress = Progress(sys.stderr)
     with reader:
-        result = compare(cands, reader, client_of=client_resolver(cands[0].policies),
-                         gap=args.gap, bucket=args.bucket,
-                         progress=lambda n: progress("replay", n))
+        try:
+            result = compare(cands, reader, client_of=client_resolver(cands[0].policies),
+                             gap=args.gap, bucket=args.bucket,
+                             progress=lambda n: progress("replay", n))
+        except ValueError as e:  # a --bucket the log is too long for
+            progress.done()
+            return _err("replay", f"--{e}")
     progress.done()
     if args.json != "-":
         print(result.table())
@@ -280,7 +295,7 @@ def run_recommend(args: argparse.Namespace) -> int:
             _reader(args, args.log).close()  # a bad format or a missing file, before spooling
         except (RateKeeperError, OSError) as e:
             return _err("recommend", f"--log: {e}")
-    progress = Progress(sys.stderr)
+    progress = Progress(sys.stderr, force=args.progress)
     last: list[LogReader] = []
     with _rereadable(args.log) as path:
 
@@ -290,9 +305,15 @@ def run_recommend(args: argparse.Namespace) -> int:
                 last[:] = [reader]
                 yield from reader
 
-        rec = recommend(events, data, target=args.target, window=args.window, gap=args.gap,
-                        bucket=args.bucket, source=args.policies or "<per-client>",
-                        progress=progress)
+        try:
+            rec = recommend(events, data, target=args.target, window=args.window,
+                            gap=args.gap, bucket=args.bucket,
+                            source=args.policies or "<per-client>",
+                            abusive_share=None if args.include_abusive
+                            else args.abusive_share, progress=progress)
+        except ValueError as e:  # a --bucket the log is too long for
+            progress.done()
+            return _err("recommend", f"--{e}")
     progress.done()
     if args.json != "-":
         print(rec.text())

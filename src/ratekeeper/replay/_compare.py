@@ -26,8 +26,12 @@ would have decided them. A `_Tally` per candidate folds the answers into:
   ``rejected / top_capacity`` times is listed;
 - **queueing delay**: p50/p99/max over admitted requests (no queueing counts as 0), in a
   `DelaySketch` with relative error `alpha` (a logarithmic histogram, as DDSketch);
-- **series**: offered / admitted / delayed / rejected per `bucket` seconds, at most
-  `max_buckets` buckets (past that the width doubles and neighbours merge).
+- **series**: offered / admitted / delayed / rejected per bucket of wall-clock time, at most
+  `max_buckets` buckets. With no `bucket` given the width starts at 1 s and steps up a
+  ladder of clock units (1 s, 2 s, 10 s, 30 s, 1 min, 2 min, 10 min, 30 min, 1 h, 2 h,
+  6 h, 12 h, 1 day, 7 days, then doubling), each a multiple of the last, so neighbours
+  merge exactly and buckets stay aligned to the clock; a `bucket` given is kept as it is,
+  or refused (with the smallest width that fits) when the log needs more buckets.
 
 Memory is bounded by the number of clients (a few numbers each), `top_capacity`, the delay
 sketch's buckets and `max_buckets`: never by the number of events. No I/O here.
@@ -172,12 +176,29 @@ class DelaySketch:
         return self.max  # pragma: no cover (the ranks add up to count)
 
 
+#: The series' bucket widths in seconds, each a multiple of the one before (so buckets
+#: merge exactly) and a unit a clock reads in: 1 s ... 12 h, 1 day, 7 days.
+WIDTHS = (1.0, 2.0, 10.0, 30.0, 60.0, 120.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0,
+          43200.0, 86400.0, 604800.0)
+
+
+def _next_width(width: float) -> float:
+    """The ladder's next width above `width` (doubling past 7 days, or off the ladder)."""
+    for w in WIDTHS:
+        if w > width and (w / width).is_integer():
+            return w
+    return width * 2
+
+
 @dataclass(slots=True)
 class Series:
     """Requests per time bucket: `offered`, `admitted` (delayed included), `delayed`,
-    `rejected`; bucket ``i`` covers ``[t0 + i * width, t0 + (i + 1) * width)``. At most
-    `max_buckets`: past that, `width` doubles and pairs of buckets merge (times are in
-    order, so only the last bucket ever grows)."""
+    `rejected`; bucket ``i`` covers ``[t0 + i * width, t0 + (i + 1) * width)``, `t0` a
+    multiple of `width` (buckets start on the clock's minutes, hours, days). At most
+    `max_buckets`: past that, unless the width is `fixed`, it steps up to `_next_width`
+    and neighbours merge (times are in order, so only the last bucket ever grows); a
+    `fixed` width that would need more buckets is refused with a `ValueError` naming the
+    smallest width that fits."""
 
     width: float = 1.0
     max_buckets: int = 1000
@@ -186,10 +207,11 @@ class Series:
     admitted: list[int] = field(default_factory=list)
     delayed: list[int] = field(default_factory=list)
     rejected: list[int] = field(default_factory=list)
+    fixed: bool = False
 
     def add(self, t: float, kind: int) -> int:
         """Count one request at `t`: `kind` 0 admitted, 1 delayed, 2 rejected. Returns its
-        bucket's index (the same for the same `t` until the buckets are next halved, which
+        bucket's index (the same for the same `t` until the buckets are next widened, which
         only a `t` past the last bucket does)."""
         if self.t0 is None:
             self.t0 = math.floor(t / self.width) * self.width
@@ -197,7 +219,10 @@ class Series:
         if i < 0:
             i = 0  # a clamped late line belongs to the first bucket
         while i >= self.max_buckets:
-            self._halve()
+            if self.fixed:
+                raise ValueError(fixed_width_error(self.width, t - self.t0,
+                                                   self.max_buckets))
+            self._widen()
             i = int((t - self.t0) // self.width)
         offered = self.offered
         while len(offered) <= i:
@@ -214,11 +239,20 @@ class Series:
                 self.delayed[i] += 1
         return i
 
-    def _halve(self) -> None:
-        def merge(xs: list[int]) -> list[int]:
-            return [sum(xs[j:j + 2]) for j in range(0, len(xs), 2)]
+    def _widen(self) -> None:
+        assert self.t0 is not None
+        old_w, old_t0 = self.width, self.t0
+        self.width = _next_width(old_w)
+        self.t0 = math.floor(old_t0 / self.width) * self.width
+        shift = round((old_t0 - self.t0) / old_w)  # whole old buckets before the old t0
+        k = round(self.width / old_w)
 
-        self.width *= 2
+        def merge(xs: list[int]) -> list[int]:
+            out = [0] * ((shift + len(xs) + k - 1) // k)
+            for j, x in enumerate(xs):
+                out[(shift + j) // k] += x
+            return out
+
         self.offered, self.admitted = merge(self.offered), merge(self.admitted)
         self.delayed, self.rejected = merge(self.delayed), merge(self.rejected)
 
@@ -226,6 +260,16 @@ class Series:
         return {"t0": self.t0, "width": self.width, "offered": self.offered,
                 "admitted": self.admitted, "delayed": self.delayed,
                 "rejected": self.rejected}
+
+
+def fixed_width_error(width: float, span: float, max_buckets: int) -> str:
+    """Why a series of `width`-second buckets cannot hold `span` seconds, and what can."""
+    fits = width
+    while span >= fits * max_buckets:
+        fits = _next_width(fits)
+    return (f"bucket {width:g} s: the log spans {span:,.0f} s, more than {max_buckets} "
+            f"buckets of {width:g} s; give a bucket of at least {span / max_buckets:.4g} s "
+            f"(e.g. {fits:g}), or none to choose one of 1 s ... 7 days by itself")
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +405,7 @@ def rejected_counter(policies: Policies, d: HTTPDecision) -> str:
 class _Tally:
     """One candidate's running figures."""
 
-    def __init__(self, cand: Candidate, *, gap: float, bucket: float, max_buckets: int,
+    def __init__(self, cand: Candidate, *, gap: float, bucket: float | None, max_buckets: int,
                  top_capacity: int, alpha: float) -> None:
         self.cand = cand
         self.gap = gap
@@ -373,7 +417,8 @@ class _Tally:
         self.top_clients = SpaceSaving(top_capacity)
         self.top_counters = SpaceSaving(top_capacity)
         self.delays = DelaySketch(alpha)
-        self.series = Series(bucket, max_buckets)
+        self.series = Series(1.0 if bucket is None else bucket, max_buckets,
+                             fixed=bucket is not None)
         # The series bucket of the last admitted request's time: the next request at the
         # same time (most of a log's, at one-second resolution) is counted in it without
         # the call (`Series.add` would find the same index: nothing changed the buckets).
@@ -471,7 +516,7 @@ class _Slot(Iterator[LogEvent]):
 
 
 def compare(candidates: Sequence[Candidate], events: Iterable[LogEvent], *,
-            client_of: ClientOf | None = None, gap: float = 1.0, bucket: float = 1.0,
+            client_of: ClientOf | None = None, gap: float = 1.0, bucket: float | None = None,
             max_buckets: int = 1000, top: int = 10, top_capacity: int = 1000,
             alpha: float = 0.01, stores: Sequence[Any] | None = None,
             progress: Callable[[int], None] | None = None, every: int = 65536,
@@ -479,7 +524,8 @@ def compare(candidates: Sequence[Candidate], events: Iterable[LogEvent], *,
     """Replay `events` (in time order) through every candidate at once -> a `Comparison`.
 
     `gap`: seconds between one client's requests that end a page load (default 1 s).
-    `bucket`: the series' bucket width in seconds; `max_buckets` bounds it. `top`: how many
+    `bucket`: the series' bucket width in seconds, kept as given (refused if the log
+    needs more than `max_buckets` of it), or None to choose it (see `Series`). `top`: how many
     top rejected keys to list, from `top_capacity` counters. `stores`: one store per
     candidate (default: a fresh `MemoryStore` each). `progress(n)` is called every `every`
     events. `stats`: the reader's, for the time span (else it is measured here).
@@ -489,7 +535,7 @@ def compare(candidates: Sequence[Candidate], events: Iterable[LogEvent], *,
     names = [c.name for c in candidates]
     if len(set(names)) != len(names):
         raise ValueError(f"candidate names must differ, got {names}")
-    if not gap > 0 or not bucket > 0:
+    if not gap > 0 or (bucket is not None and not bucket > 0):
         raise ValueError(f"gap and bucket must be positive seconds, got {gap!r}, {bucket!r}")
     if stores is not None and len(stores) != len(candidates):
         raise ValueError("give one store per candidate")
@@ -524,7 +570,9 @@ def compare(candidates: Sequence[Candidate], events: Iterable[LogEvent], *,
         progress(n)
     if stats is not None and stats.first_t is not None:
         first_t, last_t = stats.first_t, stats.last_t
-    return Comparison(tuple(t.result(top) for t in tallies), gap, bucket, n, first_t, last_t)
+    # The width the series ended with: the one given, or the one chosen for the log's span.
+    width = tallies[0].series.width
+    return Comparison(tuple(t.result(top) for t in tallies), gap, width, n, first_t, last_t)
 
 
 def client_resolver(policies: Policies) -> ClientOf:

@@ -27,6 +27,15 @@ Theory of operation, three passes over the log (the caller reopens it: `events()
    `target` quantile of ``B`` (rounded up to a whole request); the trade-off curve gives,
    for bursts at quantiles of ``B``, how many keys would see a rejection, at ``r`` and at
    the `curve_rates` multiples of it.
+Abusive keys are shown apart and do not drive the proposal. The rule: a key is *abusive*
+when at least `abusive_min` (10) of its requests were logged and at least `abusive_share`
+(50 %) of them were answered 4xx other than 429 -- what a scanner looks like (it probes
+paths that are not there, logins it does not have: 404, 401, 403), and what a client of
+the site, however heavy, does not (a 429 is a limiter's own answer, not the client's
+doing). Such a key is left out of both quantiles, the counts of keys and the curve, and
+listed in `abusive` with its backlog, so no scanner's burst becomes everyone's. With
+``abusive_share=None`` every key counts.
+
 3. **What it would have done**: the policies with each limit set to its recommendation,
    replayed with `compare` (beside the policies as they are, when given).
 
@@ -44,7 +53,7 @@ from typing import Any
 from ..policy._keys import counter_key
 from ..policy._loader import parse_policies
 from ..policy._model import Policies
-from ._compare import Candidate, Comparison, client_resolver, compare
+from ._compare import Candidate, Comparison, client_resolver, compare, fixed_width_error
 from ._events import LogEvent
 from ._replay import request_of
 
@@ -61,7 +70,13 @@ __all__ = [
 
 #: The limit `recommend` proposes when given no policies file: one per client IP.
 PER_CLIENT = "per-client"
+#: A key with at least `ABUSIVE_MIN` requests, `ABUSIVE_SHARE` of them answered 4xx (not
+#: 429), is abusive: shown apart, left out of the proposal (the module docstring).
+ABUSIVE_SHARE = 0.5
+ABUSIVE_MIN = 10
 _DOMAIN = "recommend"
+#: The series' bound in `compare` (its default `max_buckets`).
+MAX_BUCKETS = 1000
 
 
 def per_client_policies(rate: str = "1/s", burst: float = 1) -> dict[str, Any]:
@@ -112,9 +127,11 @@ class CurvePoint:
 @dataclass(frozen=True, slots=True)
 class LimitRecommendation:
     """The proposal for one limit: `rate` per second and `burst` (capacity, requests) as
-    `algorithm`; `keys` surveyed; `keys_affected` (``B > burst``) are capped; `heaviest`
-    lists the most demanding keys with their ``B`` at `rate`. `rates` and `bursts` summarise
-    the distributions (p50, p90, p99, max) the choice was made from."""
+    `algorithm`; `keys` surveyed (abusive ones apart); `keys_affected` (``B > burst``) are
+    capped; `heaviest` lists the most demanding keys with their ``B`` at `rate`. `rates`
+    and `bursts` summarise the distributions (p50, p90, p99, max) the choice was made from.
+    `abusive` lists the keys left out (see the module docstring), heaviest first, as
+    (key, ``B`` at `rate`, requests, share answered 4xx)."""
 
     limit: str
     name: str
@@ -127,6 +144,7 @@ class LimitRecommendation:
     bursts: dict[str, float]
     heaviest: tuple[tuple[str, float], ...]
     curve: tuple[CurvePoint, ...]
+    abusive: tuple[tuple[str, float, int, float], ...] = ()
 
     @property
     def rate_text(self) -> str:
@@ -136,6 +154,8 @@ class LimitRecommendation:
         out = asdict(self)
         out["rate_text"] = self.rate_text
         out["heaviest"] = [{"key": k, "burst": b} for k, b in self.heaviest]
+        out["abusive"] = [{"key": k, "burst": b, "requests": n, "share_4xx": e}
+                          for k, b, n, e in self.abusive]
         out["share_affected"] = self.keys_affected / self.keys if self.keys else 0.0
         return out
 
@@ -150,22 +170,33 @@ class Recommendation:
     limits: tuple[LimitRecommendation, ...]
     comparison: Comparison | None
     overrides: tuple[str, ...]
+    abusive_share: float | None = ABUSIVE_SHARE
+    abusive_min: int = ABUSIVE_MIN
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "window": self.window,
+                "abusive_share": self.abusive_share, "abusive_min": self.abusive_min,
                 "overrides": list(self.overrides),
                 "limits": [r.to_json() for r in self.limits],
                 "comparison": None if self.comparison is None else self.comparison.to_json()}
 
     def text(self) -> str:
         lines = [f"target: every request of {self.target:.1%} of the keys admitted "
-                 f"(rates over {self.window:g} s windows)"]
+                 f"(rates over {self.window:g} s windows)",
+                 "abusive keys (left out): none, every key counts"
+                 if self.abusive_share is None else
+                 f"abusive keys (left out): at least {self.abusive_min} requests, "
+                 f"{self.abusive_share:.0%} or more answered 4xx other than 429"]
         for r in self.limits:
             lines.append(f"{r.name}: {r.algorithm} rate = \"{r.rate_text}\", burst = "
                          f"{r.burst}  ({r.keys_affected} of {r.keys} keys capped)")
             if r.heaviest:
                 lines.append("  heaviest: " + ", ".join(
                     f"{k} (burst {b:.0f})" for k, b in r.heaviest[:5]))
+            if r.abusive:
+                lines.append(f"  abusive, left out ({len(r.abusive)}): " + ", ".join(
+                    f"{k} (burst {b:.0f}, {n} requests, {e:.0%} 4xx)"
+                    for k, b, n, e in r.abusive[:5]))
             lines.append("  burst -> keys affected: " + ", ".join(
                 f"{p.burst}: {p.share:.1%}" for p in r.curve if p.rate == r.rate))
         if self.comparison is not None:
@@ -181,7 +212,7 @@ class _Unit:
 
     def __init__(self, limit: str, name: str, algorithm: str) -> None:
         self.limit, self.name, self.algorithm = limit, name, algorithm
-        # key -> [window index, count in it, peak count]
+        # key -> [window index, count in it, peak count, requests, 4xx answers (not 429)]
         self.keys: dict[str, list[float]] = {}
         self.rates: tuple[float, ...] = ()
         # key -> [tat, need] per rate
@@ -197,7 +228,9 @@ class Survey:
     """
 
     def __init__(self, policies: Policies, *, target: float = 0.99, window: float = 60.0,
-                 curve_rates: Sequence[float] = (0.5, 2.0)) -> None:
+                 curve_rates: Sequence[float] = (0.5, 2.0),
+                 abusive_share: float | None = ABUSIVE_SHARE,
+                 abusive_min: int = ABUSIVE_MIN) -> None:
         if policies.http is None:
             raise ValueError(f"{policies.source} has no [http] part: nothing says how a "
                              "request becomes descriptors (docs/policies.md)")
@@ -208,6 +241,11 @@ class Survey:
         self.target = target
         self.window = window
         self.curve_rates = tuple(curve_rates)
+        if abusive_share is not None and not 0 < abusive_share <= 1:
+            raise ValueError(f"abusive_share is the share of a key's requests answered 4xx "
+                             f"that makes it abusive, above 0 and at most 1 (0.5 for 50 %), "
+                             f"or None to count every key; got {abusive_share!r}")
+        self.abusive_share, self.abusive_min = abusive_share, abusive_min
         self.units: dict[str, _Unit] = {}
         self.first_t: float | None = None
         self.last_t: float | None = None
@@ -243,11 +281,16 @@ class Survey:
         self.last_t = ev.t
         w = math.floor(ev.t / self.window)
         units = self.units
+        status = ev.status
+        err = 1 if status is not None and 400 <= status < 500 and status != 429 else 0
         for (lim, key), cost in self._charges(ev).items():
             st = units[lim].keys.get(key)
             if st is None:
-                units[lim].keys[key] = [w, cost, cost]
-            elif st[0] == w:
+                units[lim].keys[key] = [w, cost, cost, 1, err]
+                continue
+            st[3] += 1
+            st[4] += err
+            if st[0] == w:
                 st[1] += cost
                 if st[1] > st[2]:
                     st[2] = st[1]
@@ -256,11 +299,19 @@ class Survey:
                 if cost > st[2]:
                     st[2] = cost
 
+    def is_abusive(self, unit: _Unit, key: str) -> bool:
+        """The module docstring's rule, on `key`'s pass-1 counts."""
+        if self.abusive_share is None:
+            return False
+        st = unit.keys[key]
+        return st[3] >= self.abusive_min and st[4] >= self.abusive_share * st[3] - 1e-9
+
     def key_rates(self, unit: _Unit) -> list[float]:
-        """Each key's peak rate per second, sorted."""
+        """Each non-abusive key's peak rate per second, sorted."""
         span = (self.last_t or 0.0) - (self.first_t or 0.0)
         w = max(min(self.window, span), 1.0)
-        return sorted(st[2] / w for st in unit.keys.values())
+        return sorted(st[2] / w for k, st in unit.keys.items()
+                      if not self.is_abusive(unit, k))
 
     def choose_rates(self) -> None:
         """Between the passes: each limit's rate, and the rates its curve is drawn at."""
@@ -292,19 +343,22 @@ class Survey:
                         ) -> list[LimitRecommendation]:
         out = []
         for u in self.units.values():
-            if not u.sched:
+            counted = {k: st for k, st in u.sched.items() if not self.is_abusive(u, k)}
+            if not counted:
                 continue
-            n = len(u.sched)
+            n = len(counted)
             curve: list[CurvePoint] = []
             chosen = 0
             for i, r in enumerate(u.rates):
-                needs = sorted(st[2 * i + 1] for st in u.sched.values())
+                needs = sorted(st[2 * i + 1] for st in counted.values())
                 b_target = _burst_of(_quantile(needs, self.target))
                 if i == 0:
                     chosen = b_target
                 curve.extend(_curve(r, needs, points, b_target))
             r = u.rates[0]
-            needs0 = sorted(((st[1], k) for k, st in u.sched.items()), reverse=True)
+            needs0 = sorted(((st[1], k) for k, st in counted.items()), reverse=True)
+            abusive = sorted(((st[1], k) for k, st in u.sched.items() if k not in counted),
+                             reverse=True)
             affected = sum(1 for b, _ in needs0 if b > chosen + 1e-9)
             rates = self.key_rates(u)
             b_sorted = [b for b, _ in reversed(needs0)]
@@ -314,7 +368,9 @@ class Survey:
                 rate=r, burst=chosen, keys=n, keys_affected=affected,
                 rates=_summary(rates), bursts=_summary(b_sorted),
                 heaviest=tuple((k, b) for b, k in needs0[:heaviest]),
-                curve=tuple(sorted(set(curve), key=lambda p: (p.rate, p.burst)))))
+                curve=tuple(sorted(set(curve), key=lambda p: (p.rate, p.burst))),
+                abusive=tuple((k, b, int(u.keys[k][3]), u.keys[k][4] / u.keys[k][3])
+                              for b, k in abusive[:heaviest])))
         return out
 
 
@@ -375,27 +431,35 @@ def recommended_data(data: Mapping[str, Any], recs: Sequence[LimitRecommendation
 
 def recommend(events: Callable[[], Iterable[LogEvent]], data: Mapping[str, Any] | None = None,
               *, target: float = 0.99, window: float = 60.0, gap: float = 1.0,
-              bucket: float = 1.0, curve_rates: Sequence[float] = (0.5, 2.0),
+              bucket: float | None = None, curve_rates: Sequence[float] = (0.5, 2.0),
               source: str = "<policies>", replay: bool = True,
+              abusive_share: float | None = ABUSIVE_SHARE, abusive_min: int = ABUSIVE_MIN,
               progress: Callable[[str, int], None] | None = None) -> Recommendation:
     """Survey the traffic `events()` yields (called once per pass: three times, or two
     without `replay`) -> a `Recommendation` for `target` (see the module docstring).
 
     `data`: a parsed policies file (its limits are surveyed and set), or None for one
     per-client-IP limit. `window`: seconds of the long-window rate. `gap`, `bucket`: as
-    `compare`. `progress(pass name, events)` is called every 65,536 events.
+    `compare` (a `bucket` given that the log's span needs more than 1000 of is refused
+    after the first pass). `abusive_share`, `abusive_min`: the rule for keys left out
+    (module docstring; None counts every key). `progress(pass name, events)` is called
+    every 65,536 events.
     """
     check_target(target)
     given = data is not None
     base = dict(data) if data is not None else per_client_policies()
     policies = parse_policies(base, source=source if given else "<per-client>")
-    survey = Survey(policies, target=target, window=window, curve_rates=curve_rates)
+    survey = Survey(policies, target=target, window=window, curve_rates=curve_rates,
+                    abusive_share=abusive_share, abusive_min=abusive_min)
     for name, step in (("rates", survey.add_rates), ("bursts", survey.add_bursts)):
         for n, ev in enumerate(events(), 1):
             step(ev)
             if progress is not None and n % 65536 == 0:
                 progress(name, n)
         if name == "rates":
+            span = (survey.last_t or 0.0) - (survey.first_t or 0.0)
+            if replay and bucket is not None and span >= bucket * MAX_BUCKETS:
+                raise ValueError(fixed_width_error(bucket, span, MAX_BUCKETS))
             survey.choose_rates()
     recs = survey.recommendations()
     new_data, overrides = recommended_data(base, recs)
@@ -408,4 +472,5 @@ def recommend(events: Callable[[], Iterable[LogEvent]], data: Mapping[str, Any] 
                              bucket=bucket,
                              progress=None if progress is None else
                              (lambda n: progress("replay", n)))
-    return Recommendation(target, window, tuple(recs), comparison, tuple(overrides))
+    return Recommendation(target, window, tuple(recs), comparison, tuple(overrides),
+                          abusive_share, abusive_min)
