@@ -30,7 +30,7 @@ from .._errors import RateKeeperError
 from ..policy import PolicyError, load_policies, parse_policies
 from ._compare import Candidate, Comparison, client_resolver, compare, with_overrides
 from ._events import LogEvent, ReadStats
-from ._logs import LogReader, read_log
+from ._logs import LogReader, detect_format, measure_disorder, read_log, sample_of
 from ._recommend import ABUSIVE_SHARE, Recommendation, check_target, recommend
 from ._report import PlotExtraMissing, report_html, require_plot, write_pngs, write_svgs
 
@@ -109,14 +109,62 @@ def _reader(args: argparse.Namespace, source: Any) -> LogReader:
     return read_log(source, args.format, window=args.window_order)
 
 
+#: The order window of a stream (stdin), which cannot be read twice to measure it.
+STREAM_WINDOW = 2.0
+
+
+def _settle_log(args: argparse.Namespace, source: str) -> None:
+    """Before the read: ``--format auto`` becomes the format the first lines are in, and an
+    unset ``--order-window`` the disorder a first pass over the file measures (a stream
+    keeps `STREAM_WINDOW`). Raises what opening the log raises."""
+    if args.format == "auto":
+        if source != "-":
+            args.format = detect_format(sample_of(source))
+        else:
+            peek = getattr(sys.stdin.buffer, "peek", None)
+            head = peek(1 << 16) if peek is not None else b""
+            args.format = ("combined" if head[:2] == b"\x1f\x8b"
+                           else detect_format(head.decode("utf-8", "replace")))
+    if args.window_order is None:
+        args.window_order = (STREAM_WINDOW if source == "-"
+                             else measure_disorder(source, args.format))
+
+
+def _check_read(cmd: str, args: argparse.Namespace, stats: ReadStats) -> int:
+    """After the read: no event at all is an error (2), clamped lines are one (3) unless
+    ``--accept-clamped``; 0 otherwise."""
+    if stats.events == 0:
+        why = (f"{stats.malformed_total} of its {stats.lines} lines are malformed"
+               if stats.malformed_total else f"it has {stats.lines} lines and no request")
+        return _err(cmd, f"no readable line in {args.log}: {why}, read as format "
+                    f"{args.format!r}; name the log's format with --format (combined, common, "
+                    "jsonl, or an nginx log_format string)")
+    if stats.late and not args.accept_clamped:
+        print(f"ratekeeper {cmd}: {stats.late} lines were more than --order-window "
+              f"{args.window_order:g} s out of order and were clamped to the time of the "
+              "line before them, so the figures are not exact: raise --order-window, or "
+              "pass --accept-clamped to accept them", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _clamped_row(stats: ReadStats) -> str:
+    return f"\nclamped lines: {stats.late} (out of order beyond --order-window)" \
+        if stats.late else ""
+
+
 def _add_log(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log", required=True, metavar="FILE",
                    help="the access log (gzip'd or not), or - for stdin")
-    p.add_argument("--format", default="combined",
-                   help="combined (the default), common, jsonl, trace, or an nginx "
-                   "log_format string")
-    p.add_argument("--order-window", dest="window_order", type=float, default=2.0,
-                   metavar="S", help="seconds a line may be out of order (default 2)")
+    p.add_argument("--format", default="auto",
+                   help="auto (the default: combined, common or jsonl, as the first lines "
+                   "read), combined, common, jsonl, trace, or an nginx log_format string")
+    p.add_argument("--order-window", dest="window_order", type=float, default=None,
+                   metavar="S", help="seconds a line may be out of order (default: a file is "
+                   f"read once first to measure it; stdin: {STREAM_WINDOW:g})")
+    p.add_argument("--accept-clamped", action="store_true",
+                   help="exit 0 even when lines were clamped (out of order beyond the "
+                   "window)")
     p.add_argument("--gap", type=_positive, default=1.0, metavar="S",
                    help="one client's requests at most S seconds apart are one page load "
                    "(default 1)")
@@ -188,6 +236,7 @@ def _report_stats(cmd: str, stats: ReadStats) -> None:
 def _stats_json(stats: ReadStats) -> dict[str, Any]:
     return {"lines": stats.lines, "events": stats.events, "malformed": stats.malformed,
             "skipped": stats.skipped, "reordered": stats.reordered, "late": stats.late,
+            "clamped_lines": stats.late - stats.dropped,
             "examples": [str(e) for e in stats.examples]}
 
 
@@ -235,6 +284,7 @@ def run_replay(args: argparse.Namespace) -> int:
     except ValueError as e:
         return _err("replay", str(e))
     try:
+        _settle_log(args, args.log)
         reader = _reader(args, args.log)
     except (RateKeeperError, OSError) as e:
         return _err("replay", f"--log: {e}")
@@ -248,12 +298,15 @@ def run_replay(args: argparse.Namespace) -> int:
             progress.done()
             return _err("replay", f"--{e}")
     progress.done()
+    if reader.stats.events == 0:
+        return _check_read("replay", args, reader.stats)
     if args.json != "-":
-        print(result.table())
+        print(result.table() + _clamped_row(reader.stats))
     if args.json is not None:
         _write_json(args.json, {**result.to_json(), "log": _stats_json(reader.stats)})
     _report_stats("replay", reader.stats)
-    return _write_report("replay", args, result, None, _stats_json(reader.stats))
+    return (_write_report("replay", args, result, None, _stats_json(reader.stats))
+            or _check_read("replay", args, reader.stats))
 
 
 def _unique(name: str, cands: list[Candidate]) -> str:
@@ -292,12 +345,18 @@ def run_recommend(args: argparse.Namespace) -> int:
                         "request becomes descriptors (docs/policies.md)")
     if args.log != "-":
         try:
+            _settle_log(args, args.log)
             _reader(args, args.log).close()  # a bad format or a missing file, before spooling
         except (RateKeeperError, OSError) as e:
             return _err("recommend", f"--log: {e}")
     progress = Progress(sys.stderr, force=args.progress)
     last: list[LogReader] = []
     with _rereadable(args.log) as path:
+        if args.log == "-":
+            try:
+                _settle_log(args, path)  # the spooled stdin is a file: measured as one
+            except (RateKeeperError, OSError) as e:
+                return _err("recommend", f"--log: {e}")
 
         def events() -> Iterator[LogEvent]:
             progress.restart()
@@ -316,10 +375,11 @@ def run_recommend(args: argparse.Namespace) -> int:
             return _err("recommend", f"--{e}")
     progress.done()
     if args.json != "-":
-        print(rec.text())
+        print(rec.text() + (_clamped_row(last[0].stats) if last else ""))
     if args.json is not None:
         _write_json(args.json, {**rec.to_json(), "log": _stats_json(last[0].stats)})
     if last:
         _report_stats("recommend", last[0].stats)
-    return _write_report("recommend", args, None, rec,
-                         _stats_json(last[0].stats) if last else {})
+    return (_write_report("recommend", args, None, rec,
+                          _stats_json(last[0].stats) if last else {})
+            or (_check_read("recommend", args, last[0].stats) if last else 0))

@@ -39,7 +39,8 @@ from ._formats import COMBINED, COMMON, BadLine, JsonFormat, LineFormat, LogForm
 from ._hot import parser_of
 from ._order import check_order_options, reorder
 
-__all__ = ["FORMATS", "LogReader", "Source", "open_format", "read_log"]
+__all__ = ["FORMATS", "LogReader", "Source", "detect_format", "measure_disorder", "open_format",
+           "read_log"]
 
 Source = Union[str, "os.PathLike[str]", IO[bytes], IO[str]]
 #: The format names `read_log` takes (besides an nginx ``log_format`` string).
@@ -232,17 +233,26 @@ class LogReader:
                 f"{self.stats.lines} lines>")
 
     def __iter__(self) -> Iterator[LogEvent]:
+        hot = _hot.COMPILED
+        if hot is not None:  # the same two steps, compiled (_replay_hot_c.pyx)
+            return hot.reorder(  # type: ignore[no-any-return]
+                self.in_line_order(), self.stats, self.window, self.late == "drop",
+                self.max_pending)
+        return reorder(self.in_line_order(), self.stats, window=self.window, late=self.late,
+                       max_pending=self.max_pending)
+
+    def in_line_order(self) -> Iterator[LogEvent]:
+        """The events as the lines give them, not put in time order (`measure_disorder`'s
+        pass). Iterate a reader once, either way."""
         if self._started:
             raise RuntimeError("a LogReader is read once; open another for a second pass")
         self._started = True
         hot = _hot.COMPILED
-        if hot is not None:  # the same two steps, compiled (_replay_hot_c.pyx)
-            return hot.reorder(  # type: ignore[no-any-return]
-                hot.parsed(self._lines, parser_of(self.format), self.stats, TOO_LONG,
-                           _TOO_LONG_WHY, BLANKS),
-                self.stats, self.window, self.late == "drop", self.max_pending)
-        return reorder(self._parsed(), self.stats, window=self.window, late=self.late,
-                       max_pending=self.max_pending)
+        if hot is not None:
+            return hot.parsed(  # type: ignore[no-any-return]
+                self._lines, parser_of(self.format), self.stats, TOO_LONG, _TOO_LONG_WHY,
+                BLANKS)
+        return self._parsed()
 
     def _parsed(self) -> Iterator[LogEvent]:
         stats, lines, parse = self.stats, self._lines, self.format.parse
@@ -295,6 +305,68 @@ class LogReader:
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def measure_disorder(source: str | os.PathLike[str], format: str | LineFormat = "combined", *,
+                     extra_variables: tuple[str, ...] = ()) -> float:
+    """How far out of time order the lines of the file `source` are: the most seconds a
+    line is older than the newest line before it (0.0 for a sorted log). A first pass over
+    the file, in constant memory; `read_log` with this as `window` then puts every line in
+    its true place (as long as one window's lines fit in `max_pending`)."""
+    newest = most = 0.0
+    first = True
+    with LogReader(source, format, extra_variables=extra_variables) as reader:
+        for ev in reader.in_line_order():
+            t = ev.t
+            if first:
+                newest, first = t, False
+            elif t > newest:
+                newest = t
+            elif newest - t > most:
+                most = newest - t
+    return most
+
+
+#: How many of a log's first lines `detect_format` tries each format on.
+DETECT_LINES = 200
+
+
+def detect_format(sample: str) -> str:
+    """The format (``"combined"``, ``"common"`` or ``"jsonl"``) that reads the most of the
+    first `DETECT_LINES` non-blank lines of `sample`; ``"combined"`` when none reads any
+    (the replay then says that no line could be read, in that format)."""
+    lines = [ln for ln in sample.split("\n")[:-1] if ln.strip()][:DETECT_LINES]
+    if not lines and sample.strip():
+        lines = [sample]  # one line, no newline yet
+    best, best_n = "combined", 0
+    for name in ("combined", "common", "jsonl"):
+        fmt = open_format(name)
+        n = 0
+        for i, line in enumerate(lines, 1):
+            try:
+                fmt.parse(line, i)
+            except BadLine:
+                continue
+            n += 1
+        if n > best_n:
+            best, best_n = name, n
+    return best
+
+
+def sample_of(source: str | os.PathLike[str], size: int = _CHUNK) -> str:
+    """The text of the first `size` bytes of the file `source` (gunzipped if it is)."""
+    with open(source, "rb") as f:
+        head = f.read(2)
+        f.seek(0)
+        if head == _GZIP_MAGIC:
+            with gzip.GzipFile(fileobj=f, mode="rb") as g:
+                try:
+                    data = g.read(size)
+                except (EOFError, OSError, zlib.error):
+                    data = b""
+        else:
+            data = f.read(size)
+    return data.decode("utf-8", "replace")
 
 
 def read_log(source: Source, format: str | LineFormat = "combined", *, window: float = 2.0,

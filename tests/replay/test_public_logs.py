@@ -1,0 +1,124 @@
+"""``ratekeeper replay`` on public access logs nobody on this project wrote
+(tests/replay/data/public/SOURCES.md says where each comes from), run as a user first runs
+it: only ``--policies`` and ``--log``. Each answer is checked against a count written here
+with `re` and a per-client token bucket, not with the project's parser."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+
+PUBLIC = Path(__file__).parent / "data" / "public"
+CLI = [sys.executable, "-m", "ratekeeper"]
+
+#: One limit: a token bucket per client address, 0.5/s (30/minute), burst 5.
+PER_ADDRESS = '''
+[http]
+domain = "web"
+descriptors = [["client_ip"]]
+
+[[domains.web.descriptors]]
+key = "client_ip"
+limits = [{ name = "per-address", algorithm = "token-bucket", rate = "30/minute", burst = 5 }]
+'''
+
+_LINE = re.compile(r'(\S+) \S+ \S+ \[([^\]]+)\] "')
+
+
+def bucket_rejections(path: Path, rate: float, burst: int) -> dict[str, int]:
+    """Rejections per client of a token bucket (full at a client's first request, one token
+    a request, `rate` tokens a second up to `burst`), the requests in true time order."""
+    requests = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        m = _LINE.match(line)
+        assert m is not None, line
+        t = datetime.strptime(m[2], "%d/%b/%Y:%H:%M:%S %z").timestamp()
+        requests.append((t, m[1]))
+    requests.sort(key=lambda r: r[0])  # stable: equal times keep their line order
+    tokens: dict[str, tuple[float, float]] = {}
+    rejected: dict[str, int] = defaultdict(int)
+    for t, client in requests:
+        have, last = tokens.get(client, (float(burst), t))
+        have = min(float(burst), have + (t - last) * rate)
+        if have >= 1:
+            have -= 1
+        else:
+            rejected[client] += 1
+        tokens[client] = (have, t)
+    return dict(rejected)
+
+
+def replay(tmp_path: Path, log: Path) -> subprocess.CompletedProcess[str]:
+    pol = tmp_path / "per-address.toml"
+    pol.write_text(PER_ADDRESS)
+    return subprocess.run([*CLI, "replay", "--policies", str(pol), "--log", str(log)],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def table_row(out: str, label: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(label))
+
+
+def test_elastic_apache_sample_shuffled_within_a_minute_replays_exactly(tmp_path: Path) -> None:
+    """Its lines are up to 59 s out of order: the default measures that first, so nothing is
+    clamped and the rejections are the bucket's own."""
+    log = PUBLIC / "elastic-apache.log"
+    want = bucket_rejections(log, 0.5, 5)
+    r = replay(tmp_path, log)
+    assert r.returncode == 0, r.stderr
+    assert table_row(r.stdout, "rejected").split()[-1] == str(sum(want.values()))
+    assert table_row(r.stdout, "clients affected").split()[-2].startswith(f"{len(want)}/")
+    assert "clamped" not in r.stdout + r.stderr
+
+
+def test_common_log_format_is_detected_without_format(tmp_path: Path) -> None:
+    """The elastic sample cut to Common Log Format (its first seven fields, as Apache's
+    ``common`` writes them): read as such with no ``--format``, not 100 % malformed."""
+    common = tmp_path / "common.log"
+    common.write_text("".join(" ".join(line.split(" ")[:10]) + "\n" for line in
+                              (PUBLIC / "elastic-apache.log").read_text().splitlines()))
+    want = bucket_rejections(common, 0.5, 5)
+    r = replay(tmp_path, common)
+    assert r.returncode == 0, r.stderr
+    assert table_row(r.stdout, "requests").split()[-1] == "1200"
+    assert table_row(r.stdout, "rejected").split()[-1] == str(sum(want.values()))
+    assert "malformed" not in r.stderr
+
+
+def test_log_with_no_readable_line_is_an_error_naming_the_format_tried(tmp_path: Path) -> None:
+    """The sample's README is no access log: exit 2, the reason and the format tried, no
+    all-zero table."""
+    readme = PUBLIC / "SOURCES.md"
+    r = replay(tmp_path, readme)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "no readable line" in r.stderr and "'combined'" in r.stderr, r.stderr
+    assert "--format" in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_lines_still_clamped_are_reported_and_fail_the_run_unless_accepted(
+        tmp_path: Path) -> None:
+    """A window the user sets below the sample's disorder clamps lines: the table, the JSON
+    (``log.clamped_lines``) and stderr say how many, and the exit status is 3 until
+    ``--accept-clamped``."""
+    log = PUBLIC / "elastic-apache.log"
+    pol = tmp_path / "per-address.toml"
+    pol.write_text(PER_ADDRESS)
+    out = tmp_path / "out.json"
+    args = [*CLI, "replay", "--policies", str(pol), "--log", str(log), "--order-window", "2",
+            "--json", str(out)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 3, r.stderr
+    clamped = json.loads(out.read_text())["log"]["clamped_lines"]
+    assert clamped > 0
+    assert table_row(r.stdout, "clamped lines").split()[2] == str(clamped)
+    assert f"{clamped} lines were more than --order-window 2 s out of order" in r.stderr
+    assert "--accept-clamped" in r.stderr
+    r = subprocess.run([*args, "--accept-clamped"], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
