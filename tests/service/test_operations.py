@@ -88,10 +88,29 @@ def test_grpc_health_of_an_unknown_service_name_is_not_found(service: ServicePro
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+def test_grpc_health_serves_while_the_store_is_down_as_envoy_ratelimits_default(
+        tmp_path: Path, own: list[ServiceProcess]) -> None:
+    """envoyproxy/ratelimit src/settings/settings.go: REDIS_HEALTH_CHECK_ACTIVE_CONNECTION
+    defaults to false, so its health stays SERVING with Redis down (issue 32 item 6): the
+    failure policy answers the checks meanwhile. /healthcheck says OK too; /readyz, which
+    asks the store, says 503."""
+    redis = RedisServer("redis")  # nothing listens on its port
+    svc = ServiceProcess(POLICIES, tmp_path / "svc.log", "--store", redis.url)
+    own.append(svc.start())
+    ch, stub = _health(svc.grpc)
+    with ch:
+        for name in ("", RLS):
+            assert _check(stub, name) == SERVING
+    r = httpx.get(f"{svc.http}/healthcheck", timeout=10)
+    assert (r.status_code, r.text) == (200, "OK")
+    assert httpx.get(f"{svc.http}/readyz", timeout=10).status_code == 503
+
+
 def test_grpc_health_is_not_serving_until_the_store_answers(
         tmp_path: Path, own: list[ServiceProcess]) -> None:
     redis = RedisServer("redis")  # its port is chosen, nothing listens there yet
-    svc = ServiceProcess(POLICIES, tmp_path / "svc.log", "--store", redis.url)
+    svc = ServiceProcess(POLICIES, tmp_path / "svc.log", "--store", redis.url,
+                         "--health-checks-store")
     own.append(svc.start())
     ch, stub = _health(svc.grpc)
     with ch:
@@ -137,10 +156,20 @@ def test_healthcheck_answers_ok_as_envoy_ratelimit(service: ServiceProcess) -> N
     assert r.headers["content-type"].startswith("text/plain")
 
 
-def test_healthcheck_is_500_while_the_store_is_unreachable(
-        tmp_path: Path, own: list[ServiceProcess]) -> None:
+@pytest.mark.parametrize("how", [("--health-checks-store",),
+                                 ("env", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true")],
+                         ids=["flag", "go-env"])
+def test_healthcheck_is_500_while_the_store_is_unreachable_when_told_to_follow_it(
+        tmp_path: Path, own: list[ServiceProcess], how: tuple[str, ...],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """envoyproxy/ratelimit's REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true: unhealthy while
+    Redis is unreachable."""
+    args: tuple[str, ...] = how
+    if how[0] == "env":
+        monkeypatch.setenv(how[1], how[2])
+        args = ()
     redis = RedisServer("redis")  # nothing listens on its port
-    svc = ServiceProcess(POLICIES, tmp_path / "svc.log", "--store", redis.url)
+    svc = ServiceProcess(POLICIES, tmp_path / "svc.log", "--store", redis.url, *args)
     own.append(svc.start())
     r = httpx.get(f"{svc.http}/healthcheck", timeout=10)
     assert (r.status_code, r.content) == (500, b"")

@@ -124,6 +124,15 @@ _GO_BOOLS = {"": False, **dict.fromkeys(("1", "t", "T", "true", "TRUE", "True"),
              **dict.fromkeys(("0", "f", "F", "false", "FALSE", "False"), False)}
 
 
+def _go_bool(env: Mapping[str, str], name: str) -> bool:
+    """envoyproxy/ratelimit's boolean setting `name` (unset: false); ValueError if it is not
+    one of Go's forms."""
+    raw = env.get(name, "")
+    if raw not in _GO_BOOLS:
+        raise ValueError(f"{name}={raw!r} is not a boolean (true or false)")
+    return _GO_BOOLS[raw]
+
+
 def _workers(text: str) -> int:
     try:
         n = int(text)
@@ -168,6 +177,11 @@ def add_serve(p: argparse.ArgumentParser) -> None:
                         "error (gRPC UNAVAILABLE / HTTP 503, as envoyproxy/ratelimit: Envoy's "
                         "failure_mode_deny decides); default: the policies' [service] failure "
                         "(open for envoyproxy/ratelimit's YAML); env RATEKEEPER_FAILURE")
+    p.add_argument("--health-checks-store", action="store_true",
+                   help="the gRPC health service and /healthcheck say NOT_SERVING / 500 while "
+                        "the store does not answer (default: SERVING until shutdown, as "
+                        "envoyproxy/ratelimit; /readyz always asks the store); env "
+                        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
     p.add_argument("--key-prefix", default="rk:", help="Redis key prefix (default rk:)")
     p.add_argument("--store-timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="how long one store call may take before the failure policy decides "
@@ -237,6 +251,8 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         header_names = _limit_header_names(args, os.environ)
         failure = _failure_choice(args, os.environ)
+        health_checks_store = args.health_checks_store or _go_bool(
+            os.environ, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
     except ValueError as e:
         print(f"ratekeeper serve: {e}", file=sys.stderr)
         return 2
@@ -261,6 +277,7 @@ def run_serve(args: argparse.Namespace) -> int:
         grpc_tls_client_ca=args.grpc_tls_client_ca,
         limit_headers=None if header_names is None else LimitHeaders(*header_names),
         http_unix=args.http_unix, grpc_unix=args.grpc_unix, reuse_port=args.reuse_port,
+        health_checks_store=health_checks_store,
         freeze_heap=True, failure=failure,  # type: ignore[arg-type]
     )
     try:

@@ -60,7 +60,8 @@ class GenericOnly:
 
 
 class Health:
-    """``grpc.health.v1.Health`` for `service`, kept in step with the store's readiness.
+    """``grpc.health.v1.Health`` for `service`: SERVING until shutdown, or, with
+    `Service.health_checks_store`, kept in step with the store's readiness.
 
     `update` asks the store once (as ``/readyz`` does) and sets every name; `run` does so
     every `interval` seconds until stopped; `shutdown` turns every name NOT_SERVING for good
@@ -80,7 +81,9 @@ class Health:
         health_pb2_grpc.add_HealthServicer_to_server(self.servicer, GenericOnly(server))
 
     async def update(self) -> int:
-        problem = "stopping" if self.service.stopping else await self.service.engine.probe()
+        service = self.service
+        problem = "stopping" if service.stopping else \
+            await service.engine.probe() if service.health_checks_store else None
         status = SERVING if problem is None else NOT_SERVING
         if status != self.status:
             if self.status is not None:  # the first answer is in the "listening" line

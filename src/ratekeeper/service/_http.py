@@ -595,8 +595,10 @@ def create_app(service: Service, limit_headers: Any = None) -> Starlette:
                              "generation": service.holder.current.generation})
 
     async def healthcheck(request: Request) -> Response:
-        # envoyproxy/ratelimit's path and answers, for probes written against it.
-        if service.stopping or await engine.probe() is not None:
+        # envoyproxy/ratelimit's path and answers, for probes written against it: the
+        # process's health unless told to follow the store (Service.health_checks_store).
+        if service.stopping or (service.health_checks_store
+                                and await engine.probe() is not None):
             return Response(status_code=500)
         return Response(b"OK", media_type="text/plain")
 

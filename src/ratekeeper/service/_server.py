@@ -109,6 +109,10 @@ class ServeOptions:
     #: UNAVAILABLE, HTTP 503), envoyproxy/ratelimit's behaviour, so that Envoy's
     #: ``failure_mode_deny`` decides. ``--failure`` / ``RATEKEEPER_FAILURE``.
     failure: Literal["open", "closed", "local", "error"] | None = None
+    #: The gRPC health service and ``/healthcheck`` follow the store (NOT_SERVING / 500 while
+    #: it does not answer); off: SERVING until shutdown, envoyproxy/ratelimit's default.
+    #: ``--health-checks-store`` / ``REDIS_HEALTH_CHECK_ACTIVE_CONNECTION``.
+    health_checks_store: bool = False
 
 
 def open_store(url: str | None, *, prefix: str = "rk:", max_keys: int = 1_000_000,
@@ -288,7 +292,8 @@ async def serve(options: ServeOptions, *,
     clock = time.time if isinstance(store, MemoryStore) else None
     service = Service(holder, store, stats=stats, max_body=options.max_body,
                       store_name=store_name, clock=clock,
-                      store_failure="error" if options.failure == "error" else "decide")
+                      store_failure="error" if options.failure == "error" else "decide",
+                      health_checks_store=options.health_checks_store)
     await _check_store(service, options.require_store)
     credentials = None
     if options.grpc_tls_cert is not None or options.grpc_tls_key is not None:

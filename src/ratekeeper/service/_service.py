@@ -49,6 +49,7 @@ class Service:
         max_body: int = DEFAULT_MAX_BODY,
         store_name: str = "memory",
         store_failure: Literal["decide", "error"] = "decide",
+        health_checks_store: bool = False,
     ) -> None:
         self.holder = holder
         #: When the store fails: ``"decide"`` lets the policies' failure policy answer (open,
@@ -56,6 +57,12 @@ class Service:
         #: UNAVAILABLE, HTTP 503), as envoyproxy/ratelimit does (its TestCacheError), so that
         #: Envoy's ``failure_mode_deny`` decides what a store failure means.
         self.store_failure = store_failure
+        #: Whether the gRPC health service and ``/healthcheck`` follow the store (NOT_SERVING
+        #: / 500 while it does not answer) or only the process (SERVING until shutdown), as
+        #: envoyproxy/ratelimit by default (its REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=false):
+        #: the failure policy answers for a store that is down, so the service still serves.
+        #: ``/readyz`` always asks the store.
+        self.health_checks_store = health_checks_store
         self.store = store
         self.stats: Stats = NullStats() if stats is None else stats
         self.engine = Engine(holder, store, clock=clock, stats=self.stats)
