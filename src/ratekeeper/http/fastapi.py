@@ -250,7 +250,17 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
                  enabled: bool = True,
                  headers_enabled: bool = False,
                  strategy: str | None = None,
+                 application_limits: Sequence[str] | None = None,
+                 key_style: str | None = None,
                  **options: Unpack[AdapterOptions[AsyncStore, AsyncSleep]]) -> None:
+        for given, what, instead in (
+                (application_limits, "application_limits=", "a Limit(..., scope='global') "
+                 "in the policy, or a literal descriptor in a policies file"),
+                (key_style, "key_style=", "the policy's key (state names are ratekeeper's "
+                 "own: name= on the decorator)")):
+            if given is not None:
+                raise ValueError(f"Limiter: {what}{given!r} is not supported; use "
+                                 f"{instead} (docs/migration.md, slowapi)")
         # slowapi's options, translated onto the one policy (see docs/migration.md):
         # key_func keys the defaults and every decorator without key=; decorator limits
         # then replace the defaults (slowapi's override_defaults=True).

@@ -148,3 +148,27 @@ def test_callable_cost(clock: ManualClock) -> None:
     for i in range(10):
         assert client.get("/t1", headers={"foo": "10"}).status_code == (200 if i < 5 else 429)
         assert client.get("/t2", headers={"foo": "5"}).status_code == (200 if i < 6 else 429)
+
+
+@pytest.mark.parametrize(("options", "named"), [
+    ({"application_limits": ["1000/minute"]}, "scope='global'"),
+    ({"key_style": "endpoint"}, "name= on the decorator"),
+    ({"strategy": "fixed-window-elastic-expiry"}, "sliding-window-log"),
+])
+def test_slowapi_limiter_options_ratekeeper_cannot_honour_are_refused_when_made(
+        options: dict[str, Any], named: str) -> None:
+    """What slowapi's Limiter accepts and ratekeeper cannot honour is a ValueError naming
+    the alternative when the Limiter is made, never a 500 at a request."""
+    with pytest.raises(ValueError, match=named):
+        Limiter(key_func=get_remote_address, **options)
+
+
+@pytest.mark.parametrize("argument", [{"error_message": "slow down"}, {"per_method": True},
+                                      {"methods": ["POST"]}])
+def test_slowapi_decorator_arguments_ratekeeper_cannot_honour_are_refused_when_applied(
+        argument: dict[str, Any]) -> None:
+    """slowapi decorator arguments ratekeeper has no equivalent for: refused at
+    decoration, naming docs/migration.md."""
+    limiter = Limiter(key_func=get_remote_address)
+    with pytest.raises(ValueError, match=r"not supported; use .*docs/migration.md"):
+        limiter.limit("5/minute", **argument)
