@@ -10,7 +10,7 @@ Try it:   for i in $(seq 12); do curl -si localhost:8000/ | head -1; done
   requests/s with bursts of 10; everyone together gets 50/s with bursts of 30. Both limits
   are decided together: a request refused by one is charged to neither.
 - ``/report`` costs 5 units of those same limits; ``/search`` also has its own 1/s limit
-  (a FastAPI dependency); ``/healthz`` is never limited.
+  (slowapi's ``@limiter.limit`` decorator, per client IP); ``/healthz`` is never limited.
 
 Client addresses (see "Trusted proxies" in docs/http.md): exactly one layer may read
 X-Forwarded-For. Here it is ratekeeper, so the server must not:
@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI, Request
 
 from ratekeeper import AsyncStore, Limit
 from ratekeeper.http import APIKey, ClientIP, HTTPPolicy, RateLimitMiddleware, Route
-from ratekeeper.http.fastapi import RateLimit, install_problem_handler
+from ratekeeper.http.fastapi import Limiter, install_problem_handler
 
 TRUSTED_PROXIES: list[str] = []  # e.g. ["10.0.0.0/8"] behind a load balancer
 #: The keys you issued. In a real app, look the key up in your own store (`valid` runs on
@@ -60,7 +60,9 @@ def create_app(
     """The app; tests pass a ManualClock (and, for several workers, a Redis store)."""
     app = FastAPI(title="ratekeeper example")
     install_problem_handler(app)
-    search_limit = RateLimit(SEARCH, clock=clock, store=store)
+    # The decorators' limiter: no defaults of its own (the middleware decides those).
+    limiter = Limiter(clock=clock, store=store)
+    app.state.limiter = limiter
 
     @app.get("/")
     async def index() -> dict[str, str]:
@@ -70,8 +72,9 @@ def create_app(
     async def report() -> dict[str, str]:
         return {"report": "expensive"}
 
-    @app.get("/search", dependencies=[Depends(search_limit)])
-    async def search(q: str = "") -> dict[str, str]:
+    @app.get("/search")
+    @limiter.limit(SEARCH)  # as a slowapi app writes it; `request` is optional here
+    async def search(request: Request, q: str = "") -> dict[str, str]:
         return {"q": q}
 
     @app.get("/healthz")
