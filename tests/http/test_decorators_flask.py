@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from flask import request as flask_request
 from flask.testing import FlaskClient
 
 from ratekeeper import Limit
 from ratekeeper.http import HTTPPolicy, RequestInfo
-from ratekeeper.http.flask import Limiter, RateLimitExceeded
+from ratekeeper.http.flask import Limiter, RateLimitExceeded, get_remote_address
 from ratekeeper.testing import ManualClock
 from tests.http.test_decorators_fastapi import POLICIES
 
@@ -334,3 +335,70 @@ def test_flask_app_errorhandler_429_renders_the_rejection_with_its_headers(
     r = get(c, "/a")
     assert (r.status_code, r.get_json()) == (429, {"error": "slow down", "allowed": False})
     assert int(r.headers["Retry-After"]) > 0
+
+
+def test_flask_limiter_constructor_key_func_default_and_application_limits(
+        clock: ManualClock) -> None:
+    """flask-limiter's ``Limiter(key_func, app=app, default_limits=..., application_limits=...,
+    storage_uri="memory://")``: the defaults per key_func's key, the application limit one
+    counter for everyone."""
+    app = Flask(__name__)
+    Limiter(lambda: flask_request.headers.get("X-User", "anon"), app=app,
+            default_limits=["2 per minute"], application_limits=["3/minute"],
+            storage_uri="memory://", clock=clock)
+
+    @app.get("/a")
+    def a() -> str:
+        return "a"
+
+    c = client(app)
+    ann = [c.get("/a", headers={"X-User": "ann"}).status_code for _ in range(3)]
+    bob = [c.get("/a", headers={"X-User": "bob"}).status_code for _ in range(2)]
+    assert (ann, bob) == ([200, 200, 429], [200, 429])  # the application's 3rd was bob's
+
+
+def test_flask_limiter_get_remote_address_keeps_the_client_ip_key(clock: ManualClock) -> None:
+    app = Flask(__name__)
+    Limiter(get_remote_address, app=app, default_limits=["1/minute"], clock=clock)
+
+    @app.get("/a")
+    def a() -> str:
+        return "a"
+
+    c = client(app)
+    assert statuses(c, 2, "/a") == [200, 429]
+    assert c.get("/a", environ_base={"REMOTE_ADDR": "198.51.100.1"}).status_code == 200
+
+
+def test_flask_limiter_moving_window_counts_the_last_period_not_the_clock_window(
+        clock: ManualClock) -> None:
+    """``strategy="moving-window"`` is sliding-window-log: a request 15 s after the clock's
+    minute turned is still refused when the admitted one was 50 s into the last minute
+    (a fixed window would admit it)."""
+    app = Flask(__name__)
+    Limiter(get_remote_address, app=app, default_limits=["1/minute"],
+            strategy="moving-window", clock=clock)
+
+    @app.get("/a")
+    def a() -> str:
+        return "a"
+
+    c = client(app)
+    clock.advance(60 - clock() % 60 + 50)  # 50 s into a clock minute
+    assert statuses(c, 1, "/a") == [200]
+    clock.advance(25)  # 15 s into the next
+    assert statuses(c, 1, "/a") == [429]
+    clock.advance(36)
+    assert statuses(c, 1, "/a") == [200]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"storage_uri": "memcached://localhost:11211"}, "use memory://, redis://"),
+    ({"storage_uri": "mongodb://localhost:27017"}, "use memory://, redis://"),
+    ({"strategy": "leaky"}, "strategy='leaky' is not one of flask-limiter's"),
+    ({"headers_enabled": False}, "always sends the RateLimit fields"),
+])
+def test_flask_limiter_options_it_cannot_honour_are_refused_naming_the_alternative(
+        options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):  # ConfigError is a ValueError
+        Limiter(get_remote_address, **options)

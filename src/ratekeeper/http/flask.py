@@ -20,7 +20,9 @@ habit, decided together with the policy's defaults (one decision per request).
     @limiter.exempt                             # not limited at all
     def health() -> str: ...
 
-``Limiter(app=None, policy=..., store=..., clock=..., ...)`` takes what the WSGI middleware
+``Limiter(app=None, policy=..., store=..., clock=..., ...)`` (or flask-limiter's
+``Limiter(key_func, app=app, default_limits=[...], application_limits=[...],
+storage_uri=..., strategy=...)``, translated onto the same policy) takes what the WSGI middleware
 takes: an `HTTPPolicy`, its default limits, or a policies file (``[http]`` part), and a
 synchronous `Store` (`MemoryStore`, `RedisStore`); ``init_app(app)`` for the app-factory
 pattern. Its ``before_request`` hook finds the view of ``request.endpoint``, and decides the
@@ -49,7 +51,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
@@ -61,15 +63,16 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess
         f"ratekeeper.http.flask needs Flask: pip install 'ratekeeper[flask]' ({e})"
     ) from e
 
-from .._types import Decision
+from .._types import Decision, Limit
 from ..core import run
 from ..policy._request import RequestInfo
-from ..stores import Store
+from ..stores import Store, open_store
 from ._decorators import (
     Decorates,
     Registry,
+    _rate_strings,
 )
-from ._policy import Outcome, PolicySpec, RouteLimits, _Adapter
+from ._policy import HTTPPolicy, Outcome, PolicySpec, RouteLimits, _Adapter
 from .wsgi import ENVIRON_KEY, SYNC, Sleep
 
 if TYPE_CHECKING:
@@ -77,9 +80,46 @@ if TYPE_CHECKING:
 
     from ._policy import AdapterOptions
 
-__all__ = ["Limiter", "RateLimitExceeded"]
+__all__ = ["Limiter", "RateLimitExceeded", "get_remote_address"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: flask-limiter's ``strategy=`` names and ratekeeper's algorithm of the same meaning
+#: (flask-limiter's moving window is a log of each request's time: sliding-window-log).
+STRATEGIES = {"fixed-window": "fixed-window", "moving-window": "sliding-window-log",
+              "sliding-window-counter": "sliding-window-counter"}
+
+
+def get_remote_address() -> str:
+    """flask-limiter's key function: the request's address (``request.remote_addr``, or
+    ``"127.0.0.1"``). The `Limiter`'s default key is the client IP already, through its
+    `ClientIP` (trusted proxies); passing this function keeps that default."""
+    return request.remote_addr or "127.0.0.1"
+
+
+def _flask_limiter_policy(key_func: Callable[[], str] | None, default_limits: Sequence[str],
+                          application_limits: Sequence[str], strategy: str) -> HTTPPolicy:
+    """flask-limiter's ``Limiter(key_func, default_limits=..., application_limits=...,
+    strategy=...)`` as an `HTTPPolicy`: the defaults per key, the application limits one
+    counter for all (``scope="global"``), decided together."""
+    algorithm = STRATEGIES.get(strategy)
+    if algorithm is None:
+        raise ValueError(f"strategy={strategy!r} is not one of flask-limiter's "
+                         f"{sorted(STRATEGIES)}; or give ratekeeper Limit objects in policy=")
+    limits = [Limit(algorithm, rate, name=f"default:{'_'.join(rate.split())}")
+              for rate in _rate_strings(list(default_limits)) if isinstance(rate, str)]
+    limits += [Limit(algorithm, rate, name=f"application:{'_'.join(rate.split())}",
+                     scope="global")
+               for rate in _rate_strings(list(application_limits)) if isinstance(rate, str)]
+    if key_func is None or key_func is get_remote_address:
+        return HTTPPolicy(limits=limits)
+    func = key_func
+
+    def key(_: RequestInfo) -> str:
+        return func()
+
+    return HTTPPolicy(limits=limits, key=key)
+
 
 class RateLimitExceeded(TooManyRequests):
     """A request over its limits (a 429), raised as flask-limiter raises its own so that
@@ -113,8 +153,35 @@ class Limiter(Decorates, _Adapter[Store, Sleep]):
 
     _kind = SYNC
 
-    def __init__(self, app: Flask | None = None, policy: PolicySpec = (),
+    def __init__(self, app_or_key_func: Flask | Callable[[], str] | None = None,
+                 policy: PolicySpec = (), *, app: Flask | None = None,
+                 key_func: Callable[[], str] | None = None,
+                 default_limits: Sequence[str] = (), application_limits: Sequence[str] = (),
+                 storage_uri: str | None = None, strategy: str = "fixed-window",
+                 headers_enabled: bool = True,
                  **options: Unpack[AdapterOptions[Store, Sleep]]) -> None:
+        # flask-limiter's signature: Limiter(key_func, app=app, default_limits=[...], ...)
+        if isinstance(app_or_key_func, Flask):
+            app = app_or_key_func
+        elif app_or_key_func is not None:
+            if not callable(app_or_key_func) or key_func is not None:
+                raise TypeError("Limiter's first argument is a Flask app or flask-limiter's "
+                                f"key function, got {app_or_key_func!r}")
+            key_func = app_or_key_func
+        if not headers_enabled:
+            raise ValueError("headers_enabled=False: ratekeeper always sends the RateLimit "
+                             "fields (they are how clients pace themselves); drop the option")
+        if key_func is not None or default_limits or application_limits \
+                or strategy != "fixed-window":
+            if policy:
+                raise ValueError("give either policy=... or flask-limiter's key_func/"
+                                 "default_limits/application_limits/strategy, not both")
+            policy = _flask_limiter_policy(key_func, default_limits, application_limits,
+                                           strategy)
+        if storage_uri is not None:
+            if options.get("store") is not None:
+                raise ValueError("give either store=... or storage_uri=..., not both")
+            options["store"] = open_store(storage_uri)
         super().__init__(policy, **options)
         self._registry = Registry()
         # each limiter its own flags in flask.g: two limiters on one app both decide

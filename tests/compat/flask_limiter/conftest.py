@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 import pytest
 from flask import Flask
 
-from ratekeeper import Limit
-from ratekeeper.http.flask import Limiter
+from ratekeeper.http.flask import Limiter, get_remote_address
 from ratekeeper.testing import ManualClock
 
 Factory = Callable[..., tuple[Flask, Limiter]]
@@ -27,8 +26,7 @@ def clock() -> ManualClock:
 def extension_factory(clock: ManualClock) -> Factory:
     def build(default_limits: Sequence[str] = ()) -> tuple[Flask, Limiter]:
         app = Flask(__name__)
-        policy = [Limit("fixed-window", rate, name=f"default:{rate}")
-                  for rate in default_limits]
-        return app, Limiter(app, policy=policy, clock=clock)
+        return app, Limiter(get_remote_address, app=app, default_limits=default_limits,
+                            storage_uri="memory://", clock=clock)
 
     return build
