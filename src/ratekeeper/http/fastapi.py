@@ -44,9 +44,9 @@ The older `RateLimit` dependency limits one endpoint (or router) on its own:
     async def search(q: str) -> dict[str, str]: ...
 
 Admitted: the dependency waits out any queueing delay and adds the RateLimit fields to the
-response FastAPI builds from the endpoint's return value (an endpoint that returns a
-`Response` object itself must copy them from ``request.scope["ratekeeper.decision"]`` with
-`ratelimit_headers`). Rejected: it raises `RateLimited` (an ``HTTPException`` carrying
+response FastAPI builds from the endpoint's return value; a decorated endpoint returning a
+`Response` object itself gets them on it (an undecorated one must copy them from
+``request.scope["ratekeeper.decision"]`` with `ratelimit_headers`). Rejected: it raises `RateLimited` (an ``HTTPException`` carrying
 Retry-After and the RateLimit fields), rendered as problem+json by
 `install_problem_handler`'s handler, or as FastAPI's usual ``{"detail": ...}`` JSON without
 it. A `RateLimit` dependency and the middleware decide separately; a `Limiter` decides the
