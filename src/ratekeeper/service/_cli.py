@@ -24,6 +24,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from ..policy._loader import check_file
 from ..policy._model import ConfigIssue
@@ -133,6 +134,109 @@ def _go_bool(env: Mapping[str, str], name: str) -> bool:
     return _GO_BOOLS[raw]
 
 
+class GoSettings(NamedTuple):
+    """What envoyproxy/ratelimit's environment says that no flag carries."""
+
+    shadow_mode: bool
+    merge_domains: bool
+
+
+#: envoyproxy/ratelimit's settings that change behaviour ratekeeper does not have, with their
+#: Go defaults (a value equal to it is accepted: it asks for what happens here anyway) and
+#: why a different one is refused. docs/service.md's settings table lists every setting.
+_GO_REFUSED: dict[str, tuple[str, str]] = {
+    "QUOTA_MODE": ("false", "global quota mode is not implemented; set quota_mode: true on "
+                            "the descriptors instead"),
+    "RESPONSE_DYNAMIC_METADATA": ("false", "no dynamic metadata is sent"),
+    "BACKEND_TYPE": ("redis", "the store is Redis or memory (--store); there is no memcache"),
+    "CONFIG_TYPE": ("FILE", "configuration comes from files only (no xDS)"),
+    "REDIS_TYPE": ("SINGLE", "pass --store with a redis+sentinel:// or redis+cluster:// URL"),
+    "REDIS_PERSECOND": ("false", "one store serves every unit; per-second limits are not "
+                                 "sent to a second Redis"),
+    "LOCAL_CACHE_SIZE_IN_BYTES": ("0", "there is no local over-limit cache"),
+    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": ("false", "a rejected request is never "
+                                                          "charged here anyway"),
+    "TRACING_ENABLED": ("false", "no OpenTelemetry tracing"),
+    "USE_DOG_STATSD": ("false", "no DogStatsD"),
+    "PROMETHEUS_ADDR": (":9090", "Prometheus metrics are served at /metrics on the HTTP port"),
+    "GRPC_SERVER_USE_TLS": ("false", "pass --grpc-tls-cert and --grpc-tls-key"),
+    "FORCE_START_WITHOUT_INITIAL_CONFIG": ("false", "the service does not start without "
+                                                    "valid policies"),
+}
+
+#: Go's LOG_LEVEL names (logrus, any case) as --log-level's.
+_GO_LOG_LEVELS = {"trace": "debug", "debug": "debug", "info": "info", "warn": "warning",
+                  "warning": "warning", "error": "error", "fatal": "error", "panic": "error"}
+
+
+def go_settings(args: argparse.Namespace, env: Mapping[str, str]) -> GoSettings:
+    """Fill what no flag gave from envoyproxy/ratelimit's environment (HOST, PORT,
+    GRPC_PORT, GRPC_UDS, LOG_LEVEL, LOG_FORMAT, RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/
+    RUNTIME_APPDIRECTORY, REDIS_SOCKET_TYPE/REDIS_URL/REDIS_AUTH/REDIS_TLS), then the
+    defaults; return SHADOW_MODE and MERGE_DOMAIN_CONFIG. ValueError names a setting that is
+    malformed, or that asks for what cannot be honoured, and what to do instead."""
+    for name, (default, why) in _GO_REFUSED.items():
+        raw = env.get(name)
+        if raw is not None and raw != "" and raw.lower() != default.lower():
+            raise ValueError(f"{name}={raw!r} cannot be honoured: {why} (unset it, or set "
+                             f"it to {default!r})")
+    grpc_host = env.get("GRPC_HOST")
+    if args.host is None:
+        args.host = env.get("HOST") or "127.0.0.1"
+    if grpc_host and grpc_host != args.host:
+        raise ValueError(f"GRPC_HOST={grpc_host!r} differs from the address the service "
+                         f"listens on ({args.host!r}): both listeners share --host (HOST); "
+                         "set GRPC_HOST to the same address or unset it")
+    ports: tuple[tuple[str, str, int], ...] = (("http_port", "PORT", 8080),
+                                               ("grpc_port", "GRPC_PORT", 8081))
+    for attr, var, port in ports:
+        if getattr(args, attr) is None:
+            raw = env.get(var)
+            try:
+                setattr(args, attr, _port(raw) if raw else port)
+            except argparse.ArgumentTypeError as e:
+                raise ValueError(f"{var}: {e}") from None
+    if args.grpc_unix is None and env.get("GRPC_UDS"):
+        args.grpc_unix = Path(env["GRPC_UDS"])
+    if args.log_level is None:
+        raw = env.get("LOG_LEVEL", "")
+        if raw and raw.lower() not in _GO_LOG_LEVELS:
+            raise ValueError(f"LOG_LEVEL={raw!r} is not a log level (debug, info, warn, "
+                             "error)")
+        args.log_level = _GO_LOG_LEVELS[raw.lower()] if raw else "info"
+    if args.log_format is None:
+        raw = env.get("LOG_FORMAT", "")
+        if raw and raw not in ("text", "json"):
+            raise ValueError(f"LOG_FORMAT={raw!r} is not a log format (text or json)")
+        args.log_format = raw or "json"
+    if args.config is None and not args.example and env.get("RUNTIME_ROOT"):
+        args.config = Path(env["RUNTIME_ROOT"], env.get("RUNTIME_SUBDIRECTORY", ""),
+                           env.get("RUNTIME_APPDIRECTORY") or "config")
+    if args.store is None and env.get("REDIS_URL"):
+        args.store = _go_redis_url(env)
+    return GoSettings(_go_bool(env, "SHADOW_MODE"), _go_bool(env, "MERGE_DOMAIN_CONFIG"))
+
+
+def _go_redis_url(env: Mapping[str, str]) -> str:
+    """--store for envoyproxy/ratelimit's REDIS_SOCKET_TYPE, REDIS_URL, REDIS_AUTH and
+    REDIS_TLS (a ``user:password`` REDIS_AUTH as its ``user:password``)."""
+    from urllib.parse import quote  # noqa: PLC0415
+
+    kind = env.get("REDIS_SOCKET_TYPE", "unix")
+    address = env["REDIS_URL"]
+    auth = env.get("REDIS_AUTH", "")
+    cred = ""
+    if auth:
+        user, _, password = auth.rpartition(":")
+        cred = f"{quote(user, safe='')}:{quote(password, safe='')}@"
+    if kind == "unix":
+        return f"unix://{cred}{address}"
+    if kind != "tcp":
+        raise ValueError(f"REDIS_SOCKET_TYPE={kind!r} is not tcp or unix")
+    scheme = "rediss" if _go_bool(env, "REDIS_TLS") else "redis"
+    return f"{scheme}://{cred}{address}"
+
+
 def _workers(text: str) -> int:
     try:
         n = int(text)
@@ -155,11 +259,13 @@ def add_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None,
                    help="where counters live: memory:// (default, this process only) or "
                         "redis://host:6379/0 (shared by every replica)")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
-    p.add_argument("--http-port", type=_port, default=8080, help="HTTP API port (default 8080)")
-    p.add_argument("--grpc-port", type=_port, default=8081,
-                   help="gRPC (Envoy rate limit service) port (default 8081)")
+    p.add_argument("--host", default=None,
+                   help="address to listen on (default 127.0.0.1; 0.0.0.0 for every "
+                        "interface; env HOST)")
+    p.add_argument("--http-port", type=_port, default=None,
+                   help="HTTP API port (default 8080; env PORT)")
+    p.add_argument("--grpc-port", type=_port, default=None,
+                   help="gRPC (Envoy rate limit service) port (default 8081; env GRPC_PORT)")
     p.add_argument("--no-http", action="store_true", help="do not serve the HTTP API")
     p.add_argument("--no-grpc", action="store_true", help="do not serve gRPC")
     p.add_argument("--watch", type=_seconds_or_zero, default=0.0, metavar="SECONDS",
@@ -189,10 +295,11 @@ def add_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-keys", type=int, default=1_000_000,
                    help="memory store: keys kept per limit before the least recently used "
                         "go (default 1000000)")
-    p.add_argument("--log-format", choices=("json", "text"), default="json",
-                   help="json (default): one JSON object per line on stderr")
-    p.add_argument("--log-level", default="info",
-                   choices=("debug", "info", "warning", "error"), help="default info")
+    p.add_argument("--log-format", choices=("json", "text"), default=None,
+                   help="json (default): one JSON object per line on stderr (env LOG_FORMAT)")
+    p.add_argument("--log-level", default=None,
+                   choices=("debug", "info", "warning", "error"),
+                   help="default info (env LOG_LEVEL)")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--grpc-tls-cert", type=Path, default=None, metavar="PEM",
                    help="serve gRPC over TLS with this certificate (chain) file; needs "
@@ -249,6 +356,7 @@ def run_serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
+        go = go_settings(args, os.environ)
         header_names = _limit_header_names(args, os.environ)
         failure = _failure_choice(args, os.environ)
         health_checks_store = args.health_checks_store or _go_bool(
@@ -277,8 +385,8 @@ def run_serve(args: argparse.Namespace) -> int:
         grpc_tls_client_ca=args.grpc_tls_client_ca,
         limit_headers=None if header_names is None else LimitHeaders(*header_names),
         http_unix=args.http_unix, grpc_unix=args.grpc_unix, reuse_port=args.reuse_port,
-        health_checks_store=health_checks_store,
-        freeze_heap=True, failure=failure,  # type: ignore[arg-type]
+        health_checks_store=health_checks_store, shadow_mode=go.shadow_mode,
+        merge_domains=go.merge_domains, freeze_heap=True, failure=failure,  # type: ignore[arg-type]
     )
     try:
         return int(run(serve(options)))

@@ -37,7 +37,7 @@ from .. import _compiled
 from .._errors import RateKeeperError
 from ..core import FailurePolicy
 from ..policy._holder import PolicyHolder, Watcher
-from ..policy._loader import load_policies
+from ..policy._loader import is_envoy_config, load_policies
 from ..policy._model import Policies
 from ..stores._base import AsyncStore
 from ..stores._url import open_store as open_any_store
@@ -113,6 +113,10 @@ class ServeOptions:
     #: it does not answer); off: SERVING until shutdown, envoyproxy/ratelimit's default.
     #: ``--health-checks-store`` / ``REDIS_HEALTH_CHECK_ACTIVE_CONNECTION``.
     health_checks_store: bool = False
+    #: envoyproxy/ratelimit's SHADOW_MODE: every rule in shadow mode, whatever the policies.
+    shadow_mode: bool = False
+    #: envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: a domain in several YAML files is joined.
+    merge_domains: bool = False
 
 
 def open_store(url: str | None, *, prefix: str = "rk:", max_keys: int = 1_000_000,
@@ -247,20 +251,31 @@ def http_parser() -> str:
     return "httptools"
 
 
-def _loader(failure: str | None) -> Callable[[Path], Policies]:
-    """`load_policies`, with `failure` (``ServeOptions.failure``) as every snapshot's
-    ``[service] failure``: a YAML file has no place to choose one. Under "error" the
-    policies decide "open" (no fallback store to keep), which the service then answers with
-    an error."""
-    if failure is None:
+def _loader(failure: str | None, *, shadow_mode: bool = False,
+            merge_domains: bool = False) -> Callable[[Path], Policies]:
+    """`load_policies`, with what the command line says over what the files say (a YAML
+    file has no place to say it): `failure` (``ServeOptions.failure``) as every snapshot's
+    ``[service] failure`` (under "error" the policies decide "open", no fallback store to
+    keep, which the service then answers with an error), `shadow_mode` turning global shadow
+    mode on, `merge_domains` joining a domain given in several YAML files."""
+    if failure is None and not shadow_mode and not merge_domains:
         return load_policies
-    chosen: FailurePolicy = "open" if failure == "error" else failure  # type: ignore[assignment]
-    # (the CLI's choices: open, closed, local, error)
+    # (`failure` is one of the CLI's choices)
+    chosen: FailurePolicy | None = "open" if failure == "error" else failure  # type: ignore[assignment]
 
     def load(path: Path) -> Policies:
-        policies = load_policies(path)
-        return dataclasses.replace(
-            policies, settings=dataclasses.replace(policies.settings, failure=chosen))
+        if merge_domains and is_envoy_config(path):
+            from ..policy._envoy_config import load_envoy_config  # noqa: PLC0415
+
+            policies = load_envoy_config(path, merge_domains=True)
+        else:
+            policies = load_policies(path)
+        settings = policies.settings
+        if chosen is not None:
+            settings = dataclasses.replace(settings, failure=chosen)
+        if shadow_mode:
+            settings = dataclasses.replace(settings, shadow_mode=True)
+        return dataclasses.replace(policies, settings=settings)
     return load
 
 
@@ -283,7 +298,8 @@ async def serve(options: ServeOptions, *,
     listeners accept connections.
     """
     stats = PrometheusStats()
-    holder = PolicyHolder(options.config, stats=stats, loader=_loader(options.failure))
+    holder = PolicyHolder(options.config, stats=stats, loader=_loader(
+        options.failure, shadow_mode=options.shadow_mode, merge_domains=options.merge_domains))
     store, store_name = open_store(options.store, prefix=options.key_prefix,
                                    max_keys=options.max_keys, timeout=options.store_timeout)
     # The memory store's windows on Unix time (its own default is the monotonic clock), so
