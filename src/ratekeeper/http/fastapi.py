@@ -46,11 +46,11 @@ The older `RateLimit` dependency limits one endpoint (or router) on its own:
 Admitted: the dependency waits out any queueing delay and adds the RateLimit fields to the
 response FastAPI builds from the endpoint's return value; a decorated endpoint returning a
 `Response` object itself gets them on it (an undecorated one must copy them from
-``request.scope["ratekeeper.decision"]`` with `ratelimit_headers`). Rejected: it raises `RateLimited` (an ``HTTPException`` carrying
-Retry-After and the RateLimit fields), rendered as problem+json by
-`install_problem_handler`'s handler, or as FastAPI's usual ``{"detail": ...}`` JSON without
-it. A `RateLimit` dependency and the middleware decide separately; a `Limiter` decides the
-defaults and the endpoint's limits as one.
+``request.scope["ratekeeper.decision"]`` with `ratelimit_headers`). Rejected: it raises
+`RateLimited` (an ``HTTPException`` carrying Retry-After and the RateLimit fields),
+rendered as problem+json by `install_problem_handler`'s handler, or as FastAPI's usual
+``{"detail": ...}`` JSON without it. A `RateLimit` dependency and the middleware decide
+separately; a `Limiter` decides the defaults and the endpoint's limits as one.
 """
 
 from __future__ import annotations
@@ -326,6 +326,15 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
             return target
 
         return decorate_exempt_when
+
+    def shared_limit(self, limits: LimitSpec, scope: str,
+                     key_func: Callable[..., str] | None = None, **arguments: Any
+                     ) -> Callable[[F], F]:
+        """slowapi's ``@limiter.shared_limit(limits, scope)``: one state for every endpoint
+        it decorates, named `scope` (`limit` with ``name=scope``)."""
+        if "name" in arguments:
+            raise ValueError("@limiter.shared_limit: the scope is the name; give no name=")
+        return self.limit(limits, key_func, name=scope, **arguments)
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
         if not self.enabled:

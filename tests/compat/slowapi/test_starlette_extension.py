@@ -165,3 +165,27 @@ def test_cost(clock: ManualClock) -> None:
             assert response.text == "test"
         else:
             assert "error" in response.json()
+
+
+def test_shared_decorator(clock: ManualClock) -> None:
+    """laurentS/slowapi tests/test_starlette_extension.py::test_shared_decorator"""
+    app, limiter = build_starlette_app(clock, key_func=get_ipaddr)
+
+    shared_lim = limiter.shared_limit("5/minute", "somescope")
+
+    @shared_lim
+    def t1(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("test")
+
+    @shared_lim
+    def t2(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("test")
+
+    app.add_route("/t1", t1)
+    app.add_route("/t2", t2)
+    client = TestClient(app)
+    for i in range(10):
+        response = client.get("/t1")
+        assert response.status_code == (200 if i < 5 else 429)
+    # the shared limit has already been hit via t1
+    assert client.get("/t2").status_code == 429
