@@ -122,3 +122,41 @@ def test_lines_still_clamped_are_reported_and_fail_the_run_unless_accepted(
     r = subprocess.run([*args, "--accept-clamped"], capture_output=True, text=True,
                        timeout=120, check=False)
     assert r.returncode == 0, r.stderr
+
+
+def test_apache_logformat_string_reads_the_elastic_sample(tmp_path: Path) -> None:
+    """``--format`` takes Apache's own LogFormat for combined, as httpd.conf writes it."""
+    log = PUBLIC / "elastic-apache.log"
+    pol = tmp_path / "per-address.toml"
+    pol.write_text(PER_ADDRESS)
+    fmt = '%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-Agent}i"'
+    r = subprocess.run([*CLI, "replay", "--policies", str(pol), "--log", str(log),
+                        "--format", fmt], capture_output=True, text=True, timeout=120,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    assert table_row(r.stdout, "rejected").split()[-1] == str(
+        sum(bucket_rejections(log, 0.5, 5).values()))
+    assert "malformed" not in r.stderr
+    r = subprocess.run([*CLI, "replay", "--policies", str(pol), "--log", str(log),
+                        "--format", "%h %{%Y-%m-%d}X %t"], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode == 2 and "'%{%Y-%m-%d}X'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_unknown_nginx_variable_is_named_by_a_command_line_flag(tmp_path: Path) -> None:
+    """The error for a variable nginx does not define points to ``--variable`` (not only to
+    a Python parameter), and that flag reads the log."""
+    log = Path(__file__).parent / "data" / "nginx-combined.log"
+    pol = tmp_path / "per-address.toml"
+    pol.write_text(PER_ADDRESS)
+    fmt = ('$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
+           '"$http_referer" "$client_agent"')
+    args = [*CLI, "replay", "--policies", str(pol), "--log", str(log), "--format", fmt]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 2 and "--variable client_agent" in r.stderr, r.stderr
+    r = subprocess.run([*args, "--variable", "client_agent"], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    request = re.compile(r'\S+ - \S+ \[[^\]]+\] "[A-Z]+ \S+ HTTP/')
+    want = sum(1 for line in log.read_text().splitlines() if request.match(line))
+    assert table_row(r.stdout, "requests").split()[-1] == str(want)

@@ -106,7 +106,8 @@ def _positive(text: str) -> float:
 
 
 def _reader(args: argparse.Namespace, source: Any) -> LogReader:
-    return read_log(source, args.format, window=args.window_order)
+    return read_log(source, args.format, window=args.window_order,
+                    extra_variables=tuple(args.variable))
 
 
 #: The order window of a stream (stdin), which cannot be read twice to measure it.
@@ -127,7 +128,8 @@ def _settle_log(args: argparse.Namespace, source: str) -> None:
                            else detect_format(head.decode("utf-8", "replace")))
     if args.window_order is None:
         args.window_order = (STREAM_WINDOW if source == "-"
-                             else measure_disorder(source, args.format))
+                             else measure_disorder(source, args.format,
+                                                   extra_variables=tuple(args.variable)))
 
 
 def _check_read(cmd: str, args: argparse.Namespace, stats: ReadStats) -> int:
@@ -158,10 +160,14 @@ def _add_log(p: argparse.ArgumentParser) -> None:
                    help="the access log (gzip'd or not), or - for stdin")
     p.add_argument("--format", default="auto",
                    help="auto (the default: combined, common or jsonl, as the first lines "
-                   "read), combined, common, jsonl, trace, or an nginx log_format string")
+                   "read), combined, common, jsonl, trace, an nginx log_format string "
+                   "('$remote_addr ...') or an Apache LogFormat string ('%%h %%l %%u %%t ...')")
     p.add_argument("--order-window", dest="window_order", type=float, default=None,
                    metavar="S", help="seconds a line may be out of order (default: a file is "
                    f"read once first to measure it; stdin: {STREAM_WINDOW:g})")
+    p.add_argument("--variable", action="append", default=[], metavar="NAME",
+                   help="a variable your nginx configuration defines (map, set) that the "
+                   "--format log_format uses; repeat for each")
     p.add_argument("--accept-clamped", action="store_true",
                    help="exit 0 even when lines were clamped (out of order beyond the "
                    "window)")

@@ -38,6 +38,7 @@ __all__ = [
     "LineFormat",
     "LogFormat",
     "TraceFormat",
+    "apache_format",
     "unescape",
 ]
 
@@ -184,6 +185,47 @@ def _known(var: str) -> bool:
     return var in _NGINX_VARIABLES or var.startswith(_NGINX_PREFIXES)
 
 
+# -- Apache LogFormat ------------------------------------------------------------------------
+
+#: Apache ``LogFormat`` directives -> the nginx variable that logs the same thing (``%t``
+#: writes its own brackets; ``%D``, microseconds, and ``%l`` have no nginx twin and are
+#: fields of their own).
+_APACHE = {"h": "$remote_addr", "a": "$remote_addr", "l": "$remote_ident", "u": "$remote_user",
+           "t": "[$time_local]", "r": "$request", "s": "$status", ">s": "$status",
+           "b": "$body_bytes_sent", "B": "$body_bytes_sent", "O": "$bytes_sent",
+           "D": "$request_time_us", "T": "$request_time", "m": "$request_method",
+           "U": "$uri", "q": "$is_query", "H": "$server_protocol", "v": "$server_name",
+           "V": "$server_name", "p": "$server_port", "P": "$pid", "%": "%"}
+_APACHE_OWN = ("remote_ident", "request_time_us", "is_query")
+_APACHE_DIRECTIVE = re.compile(r"%[<>]?(?:\{([^}]*)\})?([a-zA-Z%])")
+
+
+def apache_format(spec: str) -> LogFormat:
+    """An Apache ``LogFormat`` string (``%h %l %u %t "%r" %>s %b``, ``%{Referer}i``) -> the
+    `LogFormat` that reads its lines. A directive without an equivalent raises
+    `ConfigError` naming it (and the nginx ``log_format`` way around it)."""
+    out, pos = [], 0
+    for m in _APACHE_DIRECTIVE.finditer(spec):
+        out.append(spec[pos:m.start()])
+        arg, letter = m[1], m[2]
+        body = m[0][1:]
+        if arg is not None and letter in "io":
+            name = arg.strip().lower().replace("-", "_")
+            out.append(f"$http_{name}" if letter == "i" else f"$sent_http_{name}")
+        elif arg is None and (body in _APACHE or letter in _APACHE):
+            out.append(_APACHE.get(body, _APACHE[letter]))
+        else:
+            raise ConfigError(
+                f"Apache LogFormat directive {m[0]!r} in {spec!r} (at column {m.start() + 1}) "
+                "is not one replay reads; the directives it reads are %h %a %l %u %t %r %s "
+                "%>s %b %B %O %D %T %m %U %q %H %v %V %p %P and %{Header}i/%{Header}o; or "
+                "give the format as an nginx log_format string ($remote_addr ...)")
+        pos = m.end()
+    out.append(spec[pos:])
+    return LogFormat("".join(out), name=f"Apache LogFormat {spec!r}",
+                     extra_variables=_APACHE_OWN)
+
+
 def _header_name(var: str) -> str:
     return var[5:].replace("_", "-").lower()
 
@@ -232,7 +274,8 @@ class LogFormat:
                 raise ConfigError(
                     f"unknown nginx variable ${var} in log_format {spec!r} (at column "
                     f"{m.start() + 1}): it is not one nginx defines; if your configuration "
-                    f"makes it (map, set), pass extra_variables=[{var!r}]")
+                    f"makes it (map, set), name it: --variable {var} on the command line, "
+                    f"extra_variables=[{var!r}] in Python")
             parts.append(re.escape(spec[pos:m.start()]))
             before, after = spec[m.start() - 1:m.start()], spec[m.end():m.end() + 1]
             if before == '"' and after == '"':

@@ -35,7 +35,16 @@ from typing import IO, Union
 from .._errors import ConfigError
 from . import _hot
 from ._events import LogEvent, ReadStats
-from ._formats import COMBINED, COMMON, BadLine, JsonFormat, LineFormat, LogFormat, TraceFormat
+from ._formats import (
+    COMBINED,
+    COMMON,
+    BadLine,
+    JsonFormat,
+    LineFormat,
+    LogFormat,
+    TraceFormat,
+    apache_format,
+)
 from ._hot import parser_of
 from ._order import check_order_options, reorder
 
@@ -67,6 +76,8 @@ def open_format(fmt: str | LineFormat, *, extra_variables: tuple[str, ...] = ())
         return fmt
     if "$" in fmt:
         return LogFormat(fmt, extra_variables=extra_variables)
+    if "%" in fmt:
+        return apache_format(fmt)
     if fmt == "combined":
         return COMBINED
     if fmt == "common":
