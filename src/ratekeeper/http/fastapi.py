@@ -308,6 +308,11 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
             if given is not None:
                 raise ValueError(f"@limiter.limit: {what}{given!r} is not supported; use "
                                  f"{instead} (docs/migration.md, slowapi)")
+        if callable(limits):
+            raise ValueError(
+                f"@limiter.limit: a callable limit ({limits!r}, slowapi's dynamic limit "
+                f"provider) is not supported; use a policies file giving each attribute "
+                f"value its own limits (docs/policies.md), or a decorator per rate")
         if key_func is not None and key is not None:
             raise ValueError("@limiter.limit: give key_func or key=, not both")
         if override_defaults is not None and mode is None:

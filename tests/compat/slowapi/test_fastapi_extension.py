@@ -172,3 +172,19 @@ def test_slowapi_decorator_arguments_ratekeeper_cannot_honour_are_refused_when_a
     limiter = Limiter(key_func=get_remote_address)
     with pytest.raises(ValueError, match=r"not supported; use .*docs/migration.md"):
         limiter.limit("5/minute", **argument)
+
+
+def test_dynamic_limit_provider_depending_on_key() -> None:
+    """laurentS/slowapi tests/test_fastapi_extension.py::
+    test_dynamic_limit_provider_depending_on_key: a deliberate difference (docs/migration.md,
+    slowapi): a callable limit is refused when applied, naming the alternative, instead of
+    failing at the first request."""
+    def custom_key_func(*args: Any, **kwargs: Any) -> str:
+        return "test"
+
+    def dynamic_limit_provider(key: str) -> str:
+        return "5/minute" if key == "test" else "10/minute"
+
+    _app, limiter = build_fastapi_app(ManualClock(), key_func=custom_key_func)
+    with pytest.raises(ValueError, match=r"callable limit .* policies file"):
+        limiter.limit(dynamic_limit_provider)  # type: ignore[arg-type]
