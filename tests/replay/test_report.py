@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -35,7 +36,7 @@ from ratekeeper.replay import (
 )
 from ratekeeper.replay._compare import client_resolver
 from ratekeeper.replay._recommend import per_client_policies, required_burst
-from ratekeeper.replay._report import COLORS, LIMIT_COLUMNS, TABLE_ROWS, burst_bins
+from ratekeeper.replay._report import COLORS, LIMIT_COLUMNS, TABLE_ROWS, burst_bins, time_ticks
 from tests.replay.make_sample import REPLAY_FORMAT
 from tests.replay.test_recommend import traffic
 from tests.replay.test_replay import POLICIES
@@ -113,9 +114,9 @@ def test_the_report_is_well_formed_and_loads_nothing(comparison: Comparison,
     b = _Balance()
     b.feed(text)
     b.close()
-    assert b.stack == [] and b.seen["table"] == 2 and b.seen["svg"] == 4
+    assert b.stack == [] and b.seen["table"] == 2 and b.seen["svg"] == 3
     root = _xml(text)  # the SVG parts (and the whole page) parse as XML
-    assert root.tag == "html" and len(list(root.iter(f"{SVG}svg"))) == 4
+    assert root.tag == "html" and len(list(root.iter(f"{SVG}svg"))) == 3
     # Nothing is fetched when the page is viewed: no links, sources, imports or URLs but the
     # SVG namespace.
     for el in root.iter():
@@ -186,44 +187,58 @@ def test_the_recommendation_table_is_the_embedded_recommendation(rec: Recommenda
     assert {td.get("data-field"): td.text for td in cells}["burst"] == "10"
 
 
-def test_each_series_line_has_one_vertex_per_bucket_at_its_count(
+def test_every_candidate_is_on_one_timeline_each_line_in_its_own_style_with_a_legend(
         comparison: Comparison) -> None:
     root = _xml(report_html(comparison))
-    charts = _svgs(root, "series")
-    assert len(charts) == len(comparison.policies) == 2
-    for svg, p in zip(charts, comparison.policies, strict=True):
-        s = p.series
-        n = len(s.offered)
-        # the buckets run from the first request's to the last's
-        assert s.t0 is not None and comparison.last_t is not None
-        assert n == math.floor((comparison.last_t - s.t0) / s.width) + 1 == 9
-        lines = {pl.get("data-series"): pl for pl in svg.iter(f"{SVG}polyline")}
-        assert set(lines) == {"offered", "admitted", "delayed", "rejected"}
-        # one (y = a + b * count) scale for every line of the chart, b < 0 (up is more)
-        fit: list[tuple[float, float]] = []
-        xs0: list[float] | None = None
-        for kind, pl in lines.items():
-            values = getattr(s, kind)
-            assert json.loads(pl.get("data-values", "")) == values
-            pts = _points(pl)
-            assert len(pts) == n, kind
-            xs = [x for x, _ in pts]
-            assert xs0 is None or xs == xs0  # the same buckets on every line
-            xs0 = xs
-            fit += [(v, y) for v, (_, y) in zip(values, pts, strict=True)]
-        assert xs0 is not None
-        steps = {round(b - a, 1) for a, b in itertools.pairwise(xs0)}
+    (svg,) = _svgs(root, "timeline")  # one chart for both candidates, not one each
+    assert not _svgs(root, "series")
+    first = comparison.policies[0].series
+    n = len(first.offered)
+    assert first.t0 is not None and comparison.last_t is not None
+    assert n == math.floor((comparison.last_t - first.t0) / first.width) + 1 == 9
+    (area,) = [e for e in svg.iter(f"{SVG}polygon") if e.get("data-series") == "offered"]
+    assert json.loads(area.get("data-values", "")) == first.offered
+    lines = list(svg.iter(f"{SVG}polyline"))
+    drawn = {(pl.get("data-policy"), pl.get("data-series")) for pl in lines}
+    want = {(p.name, "rejected") for p in comparison.policies} | {
+        (p.name, "delayed") for p in comparison.policies if any(p.series.delayed)}
+    assert drawn == want and len(lines) == len(want) >= 2
+    # every line in a style of its own, and a legend entry each (and one for the area)
+    styles = {(pl.get("stroke"), pl.get("stroke-dasharray")) for pl in lines}
+    assert len(styles) == len(lines)
+    legend = {g.get("data-legend") for g in svg.iter(f"{SVG}g") if g.get("data-legend")}
+    assert legend == {"offered"} | {f"{name}: {kind}" for name, kind in want}
+    fit: list[tuple[float, float]] = []
+    for pl in lines:
+        p = next(q for q in comparison.policies if q.name == pl.get("data-policy"))
+        values = getattr(p.series, pl.get("data-series", ""))
+        assert json.loads(pl.get("data-values", "")) == values
+        pts = _points(pl)
+        assert len(pts) == n
+        steps = {round(b - a, 1) for (a, _), (b, _) in itertools.pairwise(pts)}
         assert len(steps) == 1 and steps.pop() > 0  # evenly spaced, in time order
-        (v0, y0), (v1, y1) = min(fit), max(fit)
-        assert v1 > v0 and y1 < y0
-        slope = (y1 - y0) / (v1 - v0)
-        for v, y in fit:
-            assert y == pytest.approx(y0 + slope * (v - v0), abs=0.02), (v, y)
-    # the stricter candidate's chart shows more rejected requests than the first's
-    rej = [sum(json.loads(next(pl for pl in svg.iter(f"{SVG}polyline")
-                               if pl.get("data-series") == "rejected").get("data-values", "")))
-           for svg in charts]
-    assert rej == [p.rejected for p in comparison.policies]
+        fit += [(v, y) for v, (_, y) in zip(values, pts, strict=True)]
+    (v0, y0), (v1, y1) = min(fit), max(fit)
+    slope = (y1 - y0) / (v1 - v0)
+    for v, y in fit:  # one count scale for every line
+        assert y == pytest.approx(y0 + slope * (v - v0), abs=0.02), (v, y)
+    # the stricter candidate's line shows more rejected requests than the first's
+    rej = {pl.get("data-policy"): sum(json.loads(pl.get("data-values", ""))) for pl in lines
+           if pl.get("data-series") == "rejected"}
+    assert rej == {p.name: p.rejected for p in comparison.policies}
+
+
+def test_the_time_axis_is_wall_clock_at_clock_aligned_ticks() -> None:
+    # a 2-day log: ticks at whole hours or days, labelled as times and dates, not seconds
+    day = time_ticks(1_700_000_017.0, 1_700_000_017.0 + 2 * 86400)
+    assert 3 <= len(day) <= 8
+    assert all(t % 21600 == 0 for t, _ in day)
+    assert [label for _, label in day][:2] == ["15 Nov 00:00", "06:00"]
+    minutes = time_ticks(1_700_000_017.0, 1_700_000_017.0 + 600)
+    assert all(t % 60 == 0 for t, _ in minutes)
+    assert all(re.fullmatch(r"(\d\d \w{3} )?\d\d:\d\d", label) for _, label in minutes)
+    days = time_ticks(1_700_000_000.0, 1_700_000_000.0 + 30 * 86400)
+    assert all(re.fullmatch(r"\d\d \w{3}", label) for _, label in days)
 
 
 def test_the_burst_histogram_counts_each_key_once_and_marks_the_chosen_burst(
@@ -283,8 +298,8 @@ def test_the_tradeoff_curve_has_a_vertex_per_point_and_the_chosen_one_on_it(
 def test_svg_files_are_the_reports_charts(tmp_path: Path, comparison: Comparison,
                                          rec: Recommendation) -> None:
     paths = write_svgs(tmp_path / "svg", comparison, rec)
-    assert [p.name for p in paths] == ["series-as-is.svg", "series-burst-2.svg",
-                                       "bursts-per-client.svg", "tradeoff-per-client.svg"]
+    assert [p.name for p in paths] == ["timeline.svg", "bursts-per-client.svg",
+                                       "tradeoff-per-client.svg"]
     inline = [ET.tostring(e).strip()
               for e in _xml(report_html(comparison, rec)).iter(f"{SVG}svg")]
     files = [ET.tostring(ET.parse(p).getroot()).strip() for p in paths]
@@ -348,10 +363,10 @@ def test_png_pictures_are_drawn_with_the_plot_extra(tmp_path: Path,
                                                     rec: Recommendation) -> None:
     pytest.importorskip("matplotlib", reason="the plot extra is in [test]; installed in CI")
     paths = write_pngs(tmp_path, recommendation=rec)
-    assert [p.name for p in paths] == ["series-recommended.png", "bursts-per-client.png",
+    assert [p.name for p in paths] == ["timeline.png", "bursts-per-client.png",
                                        "tradeoff-per-client.png"]
     w, h, rows = _png(paths[1])
-    assert (w, h) == (560, 320)
+    assert (w, h) == (1040, 420)  # readable: over 1000 px wide
     colours = _colours(rows)
     assert colours[_rgb(COLORS["bar"])] > 500  # the histogram's bars are drawn
 
@@ -394,8 +409,8 @@ def test_replay_and_recommend_write_the_report_beside_the_json(tmp_path: Path) -
             assert data["comparison"] == js["comparison"]
         names = sorted(p.name for p in (out / "svg").iterdir())
         assert names == sorted(f"{c}.svg" for c in (
-            ["series-p.toml", "series-per-client.burst-2"] if cmd == "replay" else
-            ["series-recommended", "bursts-per-client", "tradeoff-per-client"])), names
+            ["timeline"] if cmd == "replay" else
+            ["timeline", "bursts-per-client", "tradeoff-per-client"])), names
     bad = subprocess.run([*CLI, "replay", "--policies", str(pol), "--log", LOG, "--format",
                           REPLAY_FORMAT, "--html", str(tmp_path / "no" / "such" / "r.html")],
                          capture_output=True, text=True, timeout=60, check=False)
@@ -437,9 +452,30 @@ def test_the_report_renders_in_headless_chromium(tmp_path: Path, comparison: Com
 def test_an_empty_log_still_makes_a_valid_report() -> None:
     c = compare([Candidate("x", parse_policies(per_client_policies()))], [])
     root = _xml(report_html(c))
-    (svg,) = _svgs(root, "series")
+    (svg,) = _svgs(root, "timeline")
     assert "no requests" in ET.tostring(svg, encoding="unicode")
     assert not list(svg.iter(f"{SVG}polyline"))
     r = recommend(lambda: [], target=0.99)
     data = json.loads(next(iter(_xml(report_html(recommendation=r)).iter("script"))).text or "")
     assert data["recommendation"]["limits"] == [] and data["comparison"] is None
+
+
+def test_the_tradeoff_rates_each_have_a_style_and_a_legend_entry(rec: Recommendation) -> None:
+    (svg,) = _svgs(_xml(report_html(recommendation=rec)), "tradeoff")
+    lines = list(svg.iter(f"{SVG}polyline"))
+    assert sorted(float(pl.get("data-rate", "")) for pl in lines) == [2.5, 5.0, 10.0]
+    styles = {(pl.get("stroke"), pl.get("stroke-dasharray")) for pl in lines}
+    assert len(styles) == 3  # the two comparison rates no longer share one style
+    legend = {g.get("data-legend") for g in svg.iter(f"{SVG}g") if g.get("data-legend")}
+    assert legend == {"2.5/s", "5/s (recommended)", "10/s"}
+
+
+def test_counts_spanning_decades_are_on_a_log_axis_and_a_capped_key_shows(
+        rec: Recommendation) -> None:
+    (svg,) = _svgs(_xml(report_html(recommendation=rec)), "bursts")
+    yticks = [t.text for t in svg.iter(f"{SVG}text") if t.get("data-tick") == "y"]
+    assert {"1", "10", "100"} <= set(yticks)  # numbers, not powers of ten
+    bars = {int(r.get("data-keys", "")): float(r.get("height", "")) for r in
+            svg.iter(f"{SVG}rect") if r.get("data-keys") not in (None, "0")}
+    assert set(bars) == {99, 1}  # 99 keys need 10, the heavy one 5,401
+    assert bars[1] > 0.05 * bars[99]  # the capped key plainly visible (linear: 1 %)

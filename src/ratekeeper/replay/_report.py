@@ -13,8 +13,10 @@ numbers themselves as JSON in ``<script type="application/json" id="ratekeeper-d
 
 The charts:
 
-- **over time**, one per policy: requests offered (an area), admitted, delayed and rejected
-  per series bucket, one polyline vertex per bucket at its middle;
+- **over time**, one for every candidate at once: requests offered (an area, the same log
+  for all), then each candidate's rejected (and delayed, when it delays) per series bucket,
+  each candidate in its own colour and each kind in its own dash, one polyline vertex per
+  bucket at its middle, on a wall-clock axis (UTC times at clock-aligned ticks);
 - **burst sizes**, one per limit: how many keys needed each burst at the recommended rate (the
   smallest capacity that admits all of a key's requests), as a histogram whose bins are the
   trade-off curve's bursts: a key counts in the bin ``lo..hi`` when it needs a burst in it,
@@ -24,7 +26,9 @@ The charts:
   burst, at the recommended rate (bold, the chosen point marked) and at the other rates of
   the curve.
 
-A burst axis is logarithmic when its bursts span more than a factor of 50. Every drawn
+A burst axis, and the histogram's count axis, is logarithmic when its values span more
+than a factor of 50 (ticks 1, 2, 5, 10, 20, 50 ...: a bar of one capped key stays visible
+beside a bar of a thousand). Every drawn
 element carries its numbers as ``data-*`` attributes. No I/O here but `write_svgs` and
 `write_pngs`.
 """
@@ -43,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import RateKeeperError
-from ._compare import Comparison, PolicyResult, Series
+from ._compare import Comparison, Series
 from ._recommend import CurvePoint, LimitRecommendation, Recommendation
 
 __all__ = [
@@ -65,8 +69,13 @@ COLORS = {"offered": "#9ecae1", "admitted": "#2ca02c", "delayed": "#ff7f0e",
           "rejected": "#d62728", "bar": "#4c72b0", "chosen": "#d62728", "other": "#8c8c8c",
           "axis": "#444444", "grid": "#e3e3e3"}
 KINDS = ("offered", "admitted", "delayed", "rejected")
-WIDTH, HEIGHT = 560, 320
-LEFT, RIGHT, TOP, BOTTOM = 60, 20, 56, 46
+#: One colour per candidate on the chart over time, and per rate on the trade-off chart.
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+           "#bcbd22")
+#: Dashes for the other rates of the trade-off chart (the recommended one is solid).
+DASHES = ("8 4", "2 3", "12 3 2 3", "4 2")
+WIDTH, HEIGHT = 1040, 420
+LEFT, RIGHT, TOP, BOTTOM = 70, 24, 60, 50
 
 
 class PlotExtraMissing(RateKeeperError, ImportError):
@@ -172,6 +181,46 @@ class _Axis:
         return [round(i * step, 12) for i in range(first, int(self.hi / step + 1e-9) + 1)]
 
 
+#: Tick steps of a wall-clock axis, seconds: the series' widths and a few between.
+_TIME_STEPS = (1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0,
+               3600.0, 7200.0, 10800.0, 21600.0, 43200.0, 86400.0, 172800.0, 604800.0)
+
+
+def time_ticks(t_lo: float, t_hi: float, n: int = 8) -> list[tuple[float, str]]:
+    """Clock-aligned ticks over Unix times `t_lo`..`t_hi`, at most about `n`, each with its
+    UTC label: ``14:05:30`` under a minute's step, ``14:05`` under a day's (the date added
+    where it changes), ``05 Oct`` from a day up."""
+    span = max(t_hi - t_lo, 1.0)
+    step = next((st for st in _TIME_STEPS if span / st <= n), None)
+    if step is None:
+        step = 604800.0 * math.ceil(span / n / 604800.0)
+    out = []
+    day = None
+    t = math.ceil(t_lo / step - 1e-9) * step
+    while t <= t_hi + 1e-9:
+        d = datetime.fromtimestamp(t, timezone.utc)
+        if step >= 86400:
+            label = d.strftime("%d %b")
+        else:
+            label = d.strftime("%H:%M:%S" if step < 60 else "%H:%M")
+            if d.date() != day:
+                label = d.strftime("%d %b ") + label
+                day = d.date()
+        out.append((t, label))
+        t += step
+    return out
+
+
+def _count_axis(counts: Sequence[int], p0: float, p1: float) -> _Axis:
+    """Counts from 0 (linear) or, when the non-zero ones span more than a factor of 50,
+    from 0.7 on a log scale (a bar of 1 still shows)."""
+    hi = max([*counts, 5])
+    lo = min((c for c in counts if c > 0), default=1)
+    if hi / lo > 50:
+        return _Axis(0.7, 10.0 ** math.ceil(math.log10(hi) + 1e-9), p0, p1, log=True)
+    return _Axis(0.0, _nice_max(hi), p0, p1)
+
+
 def _burst_axis(hi_burst: int, p0: float, p1: float) -> _Axis:
     """Bursts 1..`hi_burst`, each whole burst ``b`` drawn over ``b - 0.5 .. b + 0.5``."""
     lo, hi = 0.5, hi_burst + 0.5
@@ -213,19 +262,23 @@ class _Svg:
         self.add(f'<text x="{_f(x)}" y="{_f(y)}" text-anchor="{anchor}" font-size="{size}" '
                  f'fill="{color}"{extra}>{_t(s)}</text>')
 
-    def axes(self, xa: _Axis, ya: _Axis, xlabel: str, ylabel: str,
-             ylabel_of: Callable[[float], str] = _num) -> None:
+    def axes(self, xa: _Axis, ya: _Axis, xlabel: str, ylabel: str, *,
+             ylabel_of: Callable[[float], str] = _num,
+             xticks: Sequence[tuple[float, str]] | None = None) -> None:
         bottom, top = ya.p0, ya.p1
         for v in ya.ticks():
             y = ya(v)
             self.add(f'<line x1="{_f(xa.p0)}" y1="{_f(y)}" x2="{_f(xa.p1)}" y2="{_f(y)}" '
                      f'stroke="{COLORS["grid"]}"/>')
-            self.text(xa.p0 - 6, y + 4, ylabel_of(v), anchor="end", size=11)
-        for v in xa.ticks():
+            self.text(xa.p0 - 6, y + 4, ylabel_of(v), anchor="end", size=11,
+                      extra=' data-tick="y"')
+        for v, label in (xticks if xticks is not None
+                         else [(v, _num(v)) for v in xa.ticks()]):
             x = xa(v)
             self.add(f'<line x1="{_f(x)}" y1="{_f(bottom)}" x2="{_f(x)}" '
                      f'y2="{_f(bottom + 5)}" stroke="{COLORS["axis"]}"/>')
-            self.text(x, bottom + 18, _num(v), anchor="middle", size=11)
+            self.text(x, bottom + 18, label, anchor="middle", size=11,
+                      extra=' data-tick="x"')
         self.add(f'<line x1="{_f(xa.p0)}" y1="{_f(bottom)}" x2="{_f(xa.p1)}" '
                  f'y2="{_f(bottom)}" stroke="{COLORS["axis"]}"/>')
         self.add(f'<line x1="{_f(xa.p0)}" y1="{_f(bottom)}" x2="{_f(xa.p0)}" '
@@ -234,13 +287,23 @@ class _Svg:
         self.text(14, (top + bottom) / 2, ylabel, anchor="middle",
                   extra=f' transform="rotate(-90 14 {_f((top + bottom) / 2)})"')
 
-    def legend(self, items: Sequence[tuple[str, str]], *, x: float = WIDTH - RIGHT) -> None:
-        """Right-aligned swatches in the row under the title."""
-        for label, color in reversed(items):
-            w = 7 * len(label) + 22
+    def legend(self, items: Sequence[tuple[str, str] | tuple[str, str, str]], *,
+               x: float = WIDTH - RIGHT) -> None:
+        """Right-aligned entries in the row under the title (``data-legend`` the label): a
+        line in the series' colour and dash, or a swatch for an area."""
+        for item in reversed(items):
+            label, color = item[0], item[1]
+            dash = item[2] if len(item) == 3 else None
+            w = 7 * len(label) + 34
             x -= w
-            self.add(f'<rect x="{_f(x)}" y="29" width="12" height="10" fill="{color}"/>')
-            self.text(x + 16, 38, label, size=11)
+            if dash is None:
+                mark = f'<rect x="{_f(x)}" y="29" width="22" height="10" fill="{color}"/>'
+            else:
+                mark = (f'<line x1="{_f(x)}" y1="34" x2="{_f(x + 22)}" y2="34" '
+                        f'stroke="{color}" stroke-width="2.5"'
+                        + (f' stroke-dasharray="{dash}"' if dash else "") + "/>")
+            self.add(f'<g data-legend="{_a(label)}">{mark}</g>')
+            self.text(x + 27, 38, label, size=11)
 
     def done(self) -> str:
         return "\n".join([*self.parts, "</svg>"]) + "\n"
@@ -250,35 +313,60 @@ def _points(xs: Sequence[float], ys: Sequence[float]) -> str:
     return " ".join(f"{_f(x)},{_f(y)}" for x, y in zip(xs, ys, strict=True))
 
 
-def series_svg(p: PolicyResult) -> str:
-    """Requests offered, admitted, delayed and rejected per bucket over time, for one
-    policy: one polyline per kind, one vertex per bucket (``data-series`` names the kind,
-    ``data-values`` its counts)."""
-    s = p.series
-    title = f"{p.name}: requests per {s.width:g} s"
-    svg = _Svg(title, "series")
+def _timeline_lines(c: Comparison) -> list[tuple[str, str, str, str, list[int]]]:
+    """The polylines over time: (policy, kind, colour, dash, counts), each candidate's
+    rejected (solid) and, when it delays any, delayed (dashed), in its own colour."""
+    out = []
+    for i, p in enumerate(c.policies):
+        color = PALETTE[i % len(PALETTE)]
+        out.append((p.name, "rejected", color, "", p.series.rejected))
+        if any(p.series.delayed):
+            out.append((p.name, "delayed", color, "6 3", p.series.delayed))
+    return out
+
+
+def timeline_svg(c: Comparison) -> str:
+    """Every candidate over time on one chart: requests offered per bucket (an area, the
+    first candidate's series: the same log for all), and each candidate's rejected and
+    delayed (`_timeline_lines`): ``data-policy``, ``data-series`` and ``data-values`` on
+    each polyline, a legend entry each, the x axis in UTC (`time_ticks`)."""
+    s = c.policies[0].series if c.policies else Series()
+    title = f"requests per {_duration(s.width)}: offered, and each candidate's rejections"
+    svg = _Svg(title, "timeline")
     n = len(s.offered)
-    xa = _Axis(0.0, max(n * s.width, s.width), LEFT, WIDTH - RIGHT)
-    # counts: at least 0..5, so that the ticks are whole requests
+    t0 = s.t0 if s.t0 is not None else 0.0
+    xa = _Axis(t0, t0 + max(n * s.width, s.width), LEFT, WIDTH - RIGHT)
     ya = _Axis(0.0, _nice_max(max([*s.offered, 5])), HEIGHT - BOTTOM, TOP)
-    start = "" if s.t0 is None else " from " + _utc(s.t0)
-    svg.axes(xa, ya, f"seconds{start}", "requests")
-    svg.legend([(k, COLORS[k]) for k in KINDS])
+    lines = _timeline_lines(c)
+    svg.axes(xa, ya, "time (UTC)", "requests",
+             xticks=time_ticks(xa.lo, xa.hi) if s.t0 is not None else [])
+    svg.legend([("offered", COLORS["offered"]),
+                *((f"{name}: {kind}", color, dash) for name, kind, color, dash, _ in lines)])
     if not n:
         svg.text((xa.p0 + xa.p1) / 2, (ya.p0 + ya.p1) / 2, "no requests", anchor="middle")
         return svg.done()
-    xs = [xa(x) for x in _series_x(s)]
+    xs = [xa(t0 + x) for x in _series_x(s)]
     off = [ya(v) for v in s.offered]
     area = [(xs[0], ya.p0), *zip(xs, off, strict=True), (xs[-1], ya.p0)]
-    svg.add(f'<polygon points="{_points([a for a, _ in area], [b for _, b in area])}" '
+    svg.add(f'<polygon data-series="offered" data-values="{_a(json.dumps(s.offered))}" '
+            f'points="{_points([a for a, _ in area], [b for _, b in area])}" '
             f'fill="{COLORS["offered"]}" fill-opacity="0.55" stroke="none"/>')
-    for kind in KINDS:
-        values: list[int] = getattr(s, kind)
-        dash = ' stroke-dasharray="5 3"' if kind == "delayed" else ""
-        svg.add(f'<polyline data-series="{kind}" data-values="{_a(json.dumps(values))}" '
+    for name, kind, color, dash, values in lines:
+        d = f' stroke-dasharray="{dash}"' if dash else ""
+        svg.add(f'<polyline data-policy="{_a(name)}" data-series="{kind}" '
+                f'data-values="{_a(json.dumps(values))}" '
                 f'points="{_points(xs, [ya(v) for v in values])}" fill="none" '
-                f'stroke="{COLORS[kind]}" stroke-width="2.5" stroke-linejoin="round"{dash}/>')
+                f'stroke="{color}" stroke-width="2.5" stroke-linejoin="round"{d}/>')
     return svg.done()
+
+
+def _duration(width: float) -> str:
+    """A bucket width as a clock reads it: 1 s, 10 min, 1 h, 1 day."""
+    for unit, name in ((86400.0, "day"), (3600.0, "h"), (60.0, "min")):
+        if width >= unit and (width / unit).is_integer():
+            n = int(width / unit)
+            return f"{n} {name}" + ("s" if name == "day" and n > 1 else "")
+    return f"{width:g} s"
 
 
 def bursts_svg(lim: LimitRecommendation) -> str:
@@ -289,11 +377,12 @@ def bursts_svg(lim: LimitRecommendation) -> str:
     title = f"{lim.name}: burst each key needs at {lim.rate_text}"
     svg = _Svg(title, "bursts")
     xa = _burst_axis(max((b.hi for b in bins), default=lim.burst), LEFT, WIDTH - RIGHT)
-    ya = _Axis(0.0, _nice_max(max([b.keys for b in bins] + [5])), HEIGHT - BOTTOM, TOP)
-    svg.axes(xa, ya, "burst needed (requests)" + (", log scale" if xa.log else ""), "keys")
+    ya = _count_axis([b.keys for b in bins], HEIGHT - BOTTOM, TOP)
+    svg.axes(xa, ya, "burst needed (requests)" + (", log scale" if xa.log else ""),
+             "keys" + (", log scale" if ya.log else ""))
     for b in bins:
         x0, x1 = xa(b.lo - 0.5), xa(b.hi + 0.5)
-        y = ya(b.keys)
+        y = ya(b.keys) if b.keys else ya.p0
         rng = f"{b.lo}" if b.lo == b.hi else f"{b.lo}-{b.hi}"
         svg.add(f'<rect data-lo="{b.lo}" data-hi="{b.hi}" data-keys="{b.keys}" '
                 f'x="{_f(x0)}" y="{_f(y)}" width="{_f(max(x1 - x0 - 1, 1))}" '
@@ -310,31 +399,42 @@ def bursts_svg(lim: LimitRecommendation) -> str:
     return svg.done()
 
 
+def _rate_styles(lim: LimitRecommendation) -> list[tuple[float, str, str]]:
+    """(rate, colour, dash) per rate of the curve: the recommended one solid blue, each
+    other in a colour and dash of its own."""
+    out, k = [], 0
+    for r in sorted({p.rate for p in lim.curve}):
+        if r == lim.rate:
+            out.append((r, COLORS["bar"], ""))
+        else:
+            out.append((r, PALETTE[(k + 2) % len(PALETTE)], DASHES[k % len(DASHES)]))
+            k += 1
+    return out
+
+
 def tradeoff_svg(lim: LimitRecommendation) -> str:
     """Share of keys that would see a rejection against the burst, one polyline per rate of
     the curve (``data-rate``; the recommended one bold), the chosen point a circle
     (``data-burst``, ``data-share``)."""
     title = f"{lim.name}: keys rejected at least once vs burst"
     svg = _Svg(title, "tradeoff")
-    rates = sorted({p.rate for p in lim.curve})
     xa = _burst_axis(max((p.burst for p in lim.curve), default=lim.burst), LEFT,
                      WIDTH - RIGHT)
     ya = _Axis(0.0, 1.0, HEIGHT - BOTTOM, TOP)
     svg.axes(xa, ya, "burst (requests)" + (", log scale" if xa.log else ""),
              "share of keys affected", ylabel_of=lambda v: f"{v:.0%}")
-    legend = []
-    for r in rates:
+    legend: list[tuple[str, str, str]] = []
+    for r, color, dash in _rate_styles(lim):
         pts = _at_rate(lim, r)
         chosen = r == lim.rate
-        color = COLORS["bar"] if chosen else COLORS["other"]
         label = f"{r:g}/s" + (" (recommended)" if chosen else "")
-        legend.append((label, color))
+        legend.append((label, color, dash))
         bursts = json.dumps([p.burst for p in pts])
-        dash = "" if chosen else ' stroke-dasharray="4 3"'
+        d = f' stroke-dasharray="{dash}"' if dash else ""
         svg.add(f'<polyline data-rate="{r:g}" data-bursts="{_a(bursts)}" '
                 f'points="{_points([xa(p.burst) for p in pts], [ya(p.share) for p in pts])}" '
-                f'fill="none" stroke="{color}" stroke-width="{3 if chosen else 1.5}" '
-                f'stroke-linejoin="round"{dash}/>')
+                f'fill="none" stroke="{color}" stroke-width="{3 if chosen else 2}" '
+                f'stroke-linejoin="round"{d}/>')
     share = lim.keys_affected / lim.keys if lim.keys else 0.0
     cx, cy = xa(lim.burst), ya(share)
     svg.add(f'<circle data-burst="{lim.burst}" data-share="{share!r}" cx="{_f(cx)}" '
@@ -362,7 +462,7 @@ def _parts(comparison: Comparison | None, recommendation: Recommendation | None
 
 def charts(comparison: Comparison | None = None,
            recommendation: Recommendation | None = None) -> list[Chart]:
-    """Every chart of the report: ``series-<policy>`` per policy, then ``bursts-<limit>``
+    """Every chart of the report: ``timeline`` (every candidate), then ``bursts-<limit>``
     and ``tradeoff-<limit>`` per recommended limit. Without `comparison`, the
     recommendation's own replay is shown."""
     comparison, limits = _parts(comparison, recommendation)
@@ -376,8 +476,8 @@ def charts(comparison: Comparison | None = None,
         used.add(name)
         out.append(Chart(name, title, svg))
 
-    for p in comparison.policies if comparison is not None else ():
-        add(f"series-{_slug(p.name)}", f"{p.name}: over time", series_svg(p))
+    if comparison is not None:
+        add("timeline", "every candidate over time", timeline_svg(comparison))
     for lim in limits:
         add(f"bursts-{_slug(lim.name)}", f"{lim.name}: burst sizes", bursts_svg(lim))
         add(f"tradeoff-{_slug(lim.name)}", f"{lim.name}: trade-off", tradeoff_svg(lim))
@@ -421,14 +521,13 @@ def write_pngs(directory: str | Path, comparison: Comparison | None = None,
     d.mkdir(parents=True, exist_ok=True)
     names = [c.name for c in charts(comparison, recommendation)]
     # In the order of `charts`, so each picture gets its chart's name.
-    drawn: list[Callable[[Any], None]] = [
-        partial(_png_series, p=p)
-        for p in (comparison.policies if comparison is not None else ())]
+    drawn: list[Callable[[Any], None]] = (
+        [] if comparison is None else [partial(_png_timeline, c=comparison)])
     for lim in limits:
         drawn += [partial(_png_bursts, lim=lim), partial(_png_tradeoff, lim=lim)]
     out = []
     for name, draw in zip(names, drawn, strict=True):
-        fig = figure(figsize=(WIDTH / 100, HEIGHT / 100), dpi=dpi)
+        fig = figure(figsize=(WIDTH / 100, HEIGHT / 100), dpi=dpi)  # 1040 x 420 px
         ax = fig.add_subplot()
         draw(ax)
         fig.tight_layout()
@@ -438,19 +537,28 @@ def write_pngs(directory: str | Path, comparison: Comparison | None = None,
     return out
 
 
-def _png_series(ax: Any, p: PolicyResult) -> None:
-    s = p.series
-    xs = _series_x(s)
-    ax.set_title(f"{p.name}: requests per {s.width:g} s", fontsize=11, loc="left")
+def _png_timeline(ax: Any, c: Comparison) -> None:
+    import matplotlib.dates as mdates  # noqa: PLC0415
+
+    s = c.policies[0].series if c.policies else Series()
+    t0 = s.t0 if s.t0 is not None else 0.0
+    xs = [datetime.fromtimestamp(t0 + x, timezone.utc) for x in _series_x(s)]
+    ax.set_title(f"requests per {_duration(s.width)}: offered, and each candidate's "
+                 "rejections", fontsize=12, loc="left")
     if xs:
-        ax.fill_between(xs, s.offered, color=COLORS["offered"], alpha=0.55, linewidth=0)
-    for kind in KINDS:
-        ax.plot(xs, getattr(s, kind), color=COLORS[kind], linewidth=2, label=kind,
-                linestyle="--" if kind == "delayed" else "-")
-    ax.set_xlabel("seconds" + ("" if s.t0 is None else " from " + _utc(s.t0)))
+        ax.fill_between(xs, s.offered, color=COLORS["offered"], alpha=0.55, linewidth=0,
+                        label="offered")
+    for name, kind, color, dash, values in _timeline_lines(c):
+        ax.plot(xs, values, color=color, linewidth=2, label=f"{name}: {kind}",
+                linestyle=(0, tuple(float(v) for v in dash.split())) if dash else "-")
+    loc = mdates.AutoDateLocator(tz=timezone.utc)  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_locator(loc)
+    ax.xaxis.set_major_formatter(
+        mdates.ConciseDateFormatter(loc, tz=timezone.utc))  # type: ignore[no-untyped-call]
+    ax.set_xlabel("time (UTC)")
     ax.set_ylabel("requests")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=9, loc="upper right")
 
 
 def _png_bursts(ax: Any, lim: LimitRecommendation) -> None:
@@ -461,6 +569,11 @@ def _png_bursts(ax: Any, lim: LimitRecommendation) -> None:
            width=[b.hi - b.lo + 1 for b in bins], align="edge", color=COLORS["bar"])
     if bins and (bins[-1].hi + 0.5) / 0.5 > 50:
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(_plain_ticks())
+    if _count_axis([b.keys for b in bins], 0, 1).log:
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=0.7)
+        ax.yaxis.set_major_formatter(_plain_ticks())
     ax.axvline(lim.burst + 0.5, color=COLORS["chosen"], linestyle="--",
                label=f"burst {lim.burst}: {lim.keys_affected} of {lim.keys} keys capped")
     ax.set_xlabel("burst needed (requests)")
@@ -468,19 +581,27 @@ def _png_bursts(ax: Any, lim: LimitRecommendation) -> None:
     ax.legend(fontsize=8)
 
 
+def _plain_ticks() -> Any:
+    """Log-axis tick labels as numbers (1, 10, 100), not powers (10⁰, 10¹)."""
+    from matplotlib.ticker import FuncFormatter  # noqa: PLC0415
+
+    return FuncFormatter(lambda v, _pos: _num(v))
+
+
 def _png_tradeoff(ax: Any, lim: LimitRecommendation) -> None:
     ax.set_title(f"{lim.name}: keys rejected at least once vs burst", fontsize=11, loc="left")
-    for r in sorted({p.rate for p in lim.curve}):
+    for r, color, dash in _rate_styles(lim):
         pts = _at_rate(lim, r)
         chosen = r == lim.rate
-        ax.plot([p.burst for p in pts], [p.share for p in pts],
-                color=COLORS["bar"] if chosen else COLORS["other"],
-                linewidth=3 if chosen else 1.5, linestyle="-" if chosen else "--",
+        ax.plot([p.burst for p in pts], [p.share for p in pts], color=color,
+                linewidth=3 if chosen else 2,
+                linestyle=(0, tuple(float(v) for v in dash.split())) if dash else "-",
                 label=f"{r:g}/s" + (" (recommended)" if chosen else ""))
     share = lim.keys_affected / lim.keys if lim.keys else 0.0
     ax.plot([lim.burst], [share], "o", color=COLORS["chosen"], markersize=8)
     if max((p.burst for p in lim.curve), default=1) > 25:
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(_plain_ticks())
     ax.set_ylim(0, 1)
     ax.set_xlabel("burst (requests)")
     ax.set_ylabel("share of keys affected")
@@ -590,7 +711,7 @@ def _comparison_html(c: Comparison) -> list[str]:
             out.append("</ul>")
     out.append("<h2>Requests over time</h2>")
     out.append('<div class="charts">')
-    out += [f"<figure>{series_svg(p)}</figure>" for p in c.policies]
+    out.append(f"<figure>{timeline_svg(c)}</figure>")
     out.append("</div>")
     return out
 
