@@ -188,3 +188,24 @@ def test_dynamic_limit_provider_depending_on_key() -> None:
     _app, limiter = build_fastapi_app(ManualClock(), key_func=custom_key_func)
     with pytest.raises(ValueError, match=r"callable limit .* policies file"):
         limiter.limit(dynamic_limit_provider)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("returns_response", [True, False])
+def test_single_decorator_with_headers(clock: ManualClock, returns_response: bool) -> None:
+    """laurentS/slowapi tests/test_fastapi_extension.py::test_single_decorator_with_headers
+    and ::test_single_decorator_not_response_with_headers. Deliberate difference
+    (docs/migration.md, slowapi): an admitted response has no Retry-After (it means "wait",
+    so only a 429 carries it)."""
+    app, limiter = build_fastapi_app(clock, key_func=get_ipaddr, headers_enabled=True)
+
+    @app.get("/t1")
+    @limiter.limit("5/minute")
+    async def t1(request: Request, response: Response) -> Any:
+        return PlainTextResponse("test") if returns_response else {"key": "value"}
+
+    client = TestClient(app)
+    for i in range(10):
+        response = client.get("/t1")
+        assert response.status_code == (200 if i < 5 else 429)
+        assert response.headers.get("X-RateLimit-Limit") == "5"
+        assert ("Retry-After" in response.headers) == (i >= 5)
