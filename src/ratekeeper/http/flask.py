@@ -52,7 +52,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 try:
     import flask
@@ -69,10 +69,16 @@ from ..policy._request import RequestInfo
 from ..stores import Store, open_store
 from ._decorators import (
     Decorates,
+    KeySpec,
+    LimitSpec,
+    Mode,
     Registry,
+    Spec,
     _rate_strings,
+    check_key,
+    make_limits,
 )
-from ._policy import HTTPPolicy, Outcome, PolicySpec, RouteLimits, _Adapter
+from ._policy import Cost, HTTPPolicy, Outcome, PolicySpec, RouteLimits, _Adapter
 from .wsgi import ENVIRON_KEY, SYNC, Sleep
 
 if TYPE_CHECKING:
@@ -148,6 +154,27 @@ def _views(view: object) -> Iterator[object]:
         view = getattr(view, "__wrapped__", None)
 
 
+class LimitDecorator:
+    """What ``limiter.limit(...)`` returns: a decorator of a view (returned guarded) or,
+    called on a ``flask.Blueprint``, the limits of its views (returns None, as
+    flask-limiter's)."""
+
+    def __init__(self, view: Callable[[Any], Any],
+                 blueprint: Callable[[flask.Blueprint], None]) -> None:
+        self._view = view
+        self._blueprint = blueprint
+
+    @overload
+    def __call__(self, obj: F) -> F: ...
+    @overload
+    def __call__(self, obj: flask.Blueprint) -> None: ...
+
+    def __call__(self, obj: Any) -> Any:
+        if isinstance(obj, flask.Blueprint):
+            return self._blueprint(obj)
+        return self._view(obj)
+
+
 class Limiter(Decorates, _Adapter[Store, Sleep]):
     """Flask per-view limits with the policy's defaults (see the module docstring)."""
 
@@ -184,6 +211,7 @@ class Limiter(Decorates, _Adapter[Store, Sleep]):
             options["store"] = open_store(storage_uri)
         super().__init__(policy, **options)
         self._registry = Registry()
+        self._blueprints: dict[str, Spec] = {}  # blueprint name -> its limits or exemption
         # each limiter its own flags in flask.g: two limiters on one app both decide
         self._decided = f"_ratekeeper_decided_{id(self):x}"
         self._headers = f"_ratekeeper_headers_{id(self):x}"
@@ -220,7 +248,51 @@ class Limiter(Decorates, _Adapter[Store, Sleep]):
         if _is_static(endpoint):
             return
         view = flask.current_app.view_functions.get(endpoint)
-        self._decide(self._registry.find(view))
+        route = self._registry.find(view)
+        if route is None and self._blueprints:
+            for name in request.blueprints:  # the innermost first: "parent.child", "parent"
+                spec = self._blueprints.get(name) or \
+                    self._blueprints.get(name.rpartition(".")[2])
+                if spec is not None:
+                    route = spec.route_limit()
+                    break
+        self._decide(route)
+
+    def limit(self, limits: LimitSpec, *, key: KeySpec = "client_ip",
+              algorithm: str = "fixed-window", burst: float | None = None,
+              mode: Mode = "add", cost: Cost | None = None,
+              name: str | None = None) -> LimitDecorator:
+        """`Decorates.limit`; applied to a ``flask.Blueprint`` (flask-limiter's
+        ``limiter.limit("10/minute")(blueprint)``), the limits of each of its views that
+        has none of its own."""
+        decorate = super().limit(limits, key=key, algorithm=algorithm, burst=burst,
+                                 mode=mode, cost=cost, name=name)
+
+        def limit_blueprint(obj: flask.Blueprint) -> None:
+            endpoint = name or obj.name
+            check_key(key, self.engine, endpoint)
+            spec = Spec(endpoint, make_limits(limits, endpoint=endpoint, algorithm=algorithm,
+                                              burst=burst, name=name), key, mode, cost)
+            old = self._blueprints.setdefault(obj.name, spec)
+            if old is not spec:
+                old.add(spec)
+            old.route_limit()  # its errors now, not at the first request
+
+        return LimitDecorator(decorate, limit_blueprint)
+
+    @overload
+    def exempt(self, func: F) -> F: ...
+    @overload
+    def exempt(self, func: flask.Blueprint) -> flask.Blueprint: ...
+
+    def exempt(self, func: Any) -> Any:
+        """`Decorates.exempt`; applied to a ``flask.Blueprint``, its views that have no
+        limits of their own are not limited (flask-limiter's ``limiter.exempt(blueprint)``)."""
+        if isinstance(func, flask.Blueprint):
+            self._blueprints[func.name] = Spec(func.name, [], "client_ip", "add", None,
+                                               exempt=True)
+            return func
+        return super().exempt(func)
 
     def _after(self, response: Response) -> Response:
         headers = g.pop(self._headers, None)
