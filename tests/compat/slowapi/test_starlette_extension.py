@@ -189,3 +189,28 @@ def test_shared_decorator(clock: ManualClock) -> None:
         assert response.status_code == (200 if i < 5 else 429)
     # the shared limit has already been hit via t1
     assert client.get("/t2").status_code == 429
+
+
+def test_headers_breach(clock: ManualClock) -> None:
+    """laurentS/slowapi tests/test_starlette_extension.py::test_headers_breach (``@app.route``
+    is ``app.add_route``: Starlette deprecates the decorator; hiro's frozen timeline is the
+    ManualClock)."""
+    app, limiter = build_starlette_app(clock, headers_enabled=True,
+                                       key_func=get_remote_address)
+
+    @limiter.limit("2/second; 10 per minute; 20/hour")
+    def t(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("test")
+
+    app.add_route("/t1", t)
+    cli = TestClient(app)
+    for _ in range(11):
+        resp = cli.get("/t1")
+        clock.advance(1)
+    assert resp.status_code == 429
+    assert resp.headers.get("X-RateLimit-Limit") == "10"
+    assert resp.headers.get("X-RateLimit-Remaining") == "0"
+    assert resp.headers.get("Retry-After") == "50"
+    # Deliberate difference (docs/migration.md): seconds from now, as RateLimit's t=, where
+    # slowapi sends the epoch time of the reset.
+    assert resp.headers.get("X-RateLimit-Reset") == "50"
