@@ -1,4 +1,4 @@
-"""A Flask app protected per client AND globally (WSGI middleware).
+"""A Flask app protected per client AND globally, with flask-limiter's decorators.
 
 Install:  pip install -e '.[examples]'
 Run it:   flask --app examples/flask_app.py run      (or: python examples/flask_app.py)
@@ -7,7 +7,9 @@ Try it:   for i in $(seq 12); do curl -si localhost:5000/ | head -1; done
 The same policy as the FastAPI example: 5 requests/s (bursts of 10) per client -- keyed by
 a known ``X-API-Key`` (one of API_KEYS), else the IP address, so invented keys get no quota
 of their own -- and 50/s (bursts of 30) for everyone, decided together; ``/report`` costs
-5; ``/healthz`` is never limited. The decision is in
+5; ``/healthz`` is never limited. Written as a flask-limiter user writes it
+(``Limiter(app)``, ``@limiter.limit``, ``@limiter.exempt``: docs/migration.md), decided by
+the engine the WSGI middleware uses. The decision is in
 ``request.environ["ratekeeper.decision"]``.
 
 Client addresses: the Werkzeug server and gunicorn's sync workers pass the TCP peer as
@@ -23,7 +25,8 @@ from typing import Any
 from flask import Flask, request
 
 from ratekeeper import Limit, Store
-from ratekeeper.http import APIKey, ClientIP, HTTPPolicy, Route, WSGIRateLimitMiddleware
+from ratekeeper.http import APIKey, ClientIP, HTTPPolicy
+from ratekeeper.http.flask import Limiter
 
 TRUSTED_PROXIES: list[str] = []  # e.g. ["10.0.0.0/8"] behind a load balancer
 #: The keys you issued (in a real app: a fast lookup in your own store).
@@ -34,10 +37,8 @@ EVERYONE = Limit("gcra", "50/s", burst=30, name="everyone", scope="global")
 
 POLICY = HTTPPolicy(
     limits=[PER_CLIENT, EVERYONE],
-    routes=[Route("/report", [PER_CLIENT, EVERYONE], cost=5)],
     key=APIKey("x-api-key", valid=API_KEYS.__contains__),  # else: per client IP
     client_ip=ClientIP(TRUSTED_PROXIES),
-    exempt_paths=["/healthz"],
 )
 
 
@@ -46,6 +47,7 @@ def create_app(
 ) -> Flask:
     """The app; tests pass a ManualClock (and, for several processes, a Redis store)."""
     app = Flask(__name__)
+    limiter = Limiter(app, policy=POLICY, clock=clock, store=store)
 
     @app.get("/")
     def index() -> dict[str, Any]:
@@ -53,16 +55,14 @@ def create_app(
         return {"hello": "world", "remaining": d.remaining if d else None}
 
     @app.get("/report")
+    @limiter.limit([PER_CLIENT, EVERYONE], key="key", cost=5, mode="replace")
     def report() -> dict[str, str]:
         return {"report": "expensive"}
 
     @app.get("/healthz")
+    @limiter.exempt
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
-
-    app.wsgi_app = WSGIRateLimitMiddleware(  # type: ignore[method-assign]
-        app.wsgi_app, POLICY, clock=clock, store=store
-    )
     return app
 
 
