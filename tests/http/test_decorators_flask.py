@@ -402,3 +402,29 @@ def test_flask_limiter_options_it_cannot_honour_are_refused_naming_the_alternati
         options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):  # ConfigError is a ValueError
         Limiter(get_remote_address, **options)
+
+
+def test_flask_limiter_enabled_false_limits_nothing(clock: ManualClock) -> None:
+    app = Flask(__name__)
+    limiter = Limiter(get_remote_address, app=app, default_limits=["1/minute"], enabled=False,
+                      clock=clock)
+
+    @app.get("/a")
+    @limiter.limit("1/minute")
+    def a() -> str:
+        return "a"
+
+    assert statuses(client(app), 3, "/a") == [200, 200, 200]
+
+
+@pytest.mark.parametrize(("option", "value", "instead"), [
+    ("key_prefix", "myapp", "prefix="),
+    ("default_limits_per_method", True, "@limiter.limit"),
+    ("default_limits_exempt_when", lambda: True, "exempt_keys"),
+    ("on_breach", print, "errorhandler"),
+    ("meta_limits", ["2/hour"], "a longer limit"),
+])
+def test_flask_limiter_options_without_an_equivalent_are_refused_naming_what_to_use(
+        option: str, value: Any, instead: str) -> None:
+    with pytest.raises(ValueError, match=f"flask-limiter's {option}=.*instead: .*{instead}"):
+        Limiter(get_remote_address, **{option: value})

@@ -185,7 +185,11 @@ class Limiter(Decorates, _Adapter[Store, Sleep]):
                  key_func: Callable[[], str] | None = None,
                  default_limits: Sequence[str] = (), application_limits: Sequence[str] = (),
                  storage_uri: str | None = None, strategy: str = "fixed-window",
-                 headers_enabled: bool = True,
+                 headers_enabled: bool = True, enabled: bool = True, key_prefix: str = "",
+                 default_limits_per_method: bool = False,
+                 default_limits_exempt_when: Callable[[], bool] | None = None,
+                 on_breach: Callable[..., Any] | None = None,
+                 meta_limits: Sequence[str] | None = None,
                  **options: Unpack[AdapterOptions[Store, Sleep]]) -> None:
         # flask-limiter's signature: Limiter(key_func, app=app, default_limits=[...], ...)
         if isinstance(app_or_key_func, Flask):
@@ -195,6 +199,23 @@ class Limiter(Decorates, _Adapter[Store, Sleep]):
                 raise TypeError("Limiter's first argument is a Flask app or flask-limiter's "
                                 f"key function, got {app_or_key_func!r}")
             key_func = app_or_key_func
+        unsupported = {
+            "key_prefix": (key_prefix, "give the store its prefix: storage_uri with "
+                           "RedisStore.from_url(url, prefix=...) as store="),
+            "default_limits_per_method": (default_limits_per_method,
+                                          "give the views their own @limiter.limit"),
+            "default_limits_exempt_when": (default_limits_exempt_when,
+                                           "HTTPPolicy(exempt_keys=..., exempt_networks=...)"),
+            "on_breach": (on_breach, "@app.errorhandler(429) (RateLimitExceeded has the "
+                          "decision)"),
+            "meta_limits": (meta_limits, "a longer limit beside the short one (both decided "
+                            "as one)"),
+        }
+        for option, (value, instead) in unsupported.items():
+            if value:
+                raise ValueError(f"flask-limiter's {option}={value!r} has no ratekeeper "
+                                 f"equivalent here; instead: {instead} (docs/migration.md)")
+        self._enabled = enabled  # flask-limiter's enabled=False: nothing is limited
         if not headers_enabled:
             raise ValueError("headers_enabled=False: ratekeeper always sends the RateLimit "
                              "fields (they are how clients pace themselves); drop the option")
@@ -242,7 +263,7 @@ class Limiter(Decorates, _Adapter[Store, Sleep]):
                                                  headers=out.headers), out.decision)
 
     def _before(self) -> None:
-        if g.get(self._decided):
+        if not self._enabled or g.get(self._decided):
             return
         endpoint = request.endpoint or ""
         if _is_static(endpoint):
@@ -314,7 +335,7 @@ class Limiter(Decorates, _Adapter[Store, Sleep]):
 
         @functools.wraps(func)
         def view(*args: Any, **kwargs: Any) -> Any:
-            if flask.has_request_context():
+            if self._enabled and flask.has_request_context():
                 if not g.get(self._decided):
                     flask.after_this_request(self._after)
                     self._decide(registry.find(view))
