@@ -1,11 +1,12 @@
-"""The memory store's specialised hot paths decide exactly as the pure algorithms.
+"""The memory store decides exactly as the pure algorithms, in both of its forms.
 
-`ratekeeper.stores._memory_hot` writes each algorithm's ``decide`` out inline with the
-limit's numbers bound, and `_memory_hot_c` (compiled at install time where a C compiler is
-there) does the same in C types; the pure function stays the reference. On random traces
-(keys, costs in and out of the fast path's range, instants going forwards and backwards,
-long idle gaps, Unix-time magnitudes, a clock that returns ints) every decision and every
-stored state must equal, bit for bit, what the pure function gives on the same state.
+Where the install built it, `_memory_hot_c` (the compiled twin) decides: each algorithm's
+``decide`` in C types with the limit's numbers bound; the pure function stays the reference.
+Without it (or with ``RATEKEEPER_PURE_PYTHON=1``) the store calls the pure ``decide`` itself.
+On random traces (keys, costs in and out of the compiled path's range, instants going
+forwards and backwards, long idle gaps, Unix-time magnitudes, a clock that returns ints)
+every decision and every stored state must equal, bit for bit, what the pure function gives
+on the same state.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import math
 import os
 import random
+import subprocess
 import sys
 import threading
 import warnings
@@ -22,36 +24,37 @@ from collections.abc import Iterator
 import pytest
 
 from ratekeeper import InvalidKey, Limit, Limiter, MemoryStore
+from ratekeeper._compiled import PURE_PYTHON_ENV
 from ratekeeper.algorithms import get as get_algorithm
-from ratekeeper.stores import _memory_hot
+from ratekeeper.stores import memory
 from ratekeeper.stores.memory import _Mutex
 
 RATES = ["1/s", "3/s", "10/s", "7/2s", "100/s", "5/minute", "0.5/s"]
+ALGORITHMS = ["fixed-window", "gcra", "leaky-bucket", "sliding-window-counter",
+              "sliding-window-log", "token-bucket"]
 
 
-def _builders(implementation: str) -> dict[str, _memory_hot.Builder]:
-    if implementation == "python":
-        return _memory_hot.HOT
-    if _memory_hot.COMPILED is None:
+def _require_compiled() -> memory._Compiled:
+    if memory.COMPILED is None:
         if os.environ.get("CI"):  # CI builds it (RATEKEEPER_REQUIRE_EXTENSIONS in .ci/run)
-            pytest.fail("the compiled hot path (_memory_hot_c) is not built")
-        pytest.skip("the compiled hot path (_memory_hot_c) is not built here")
-    return _memory_hot.COMPILED
+            pytest.fail("the compiled twin (_memory_hot_c) is not built")
+        pytest.skip("the compiled twin (_memory_hot_c) is not built here")
+    return memory.COMPILED
 
 
-#: (implementation, algorithm) for every specialised hot path there is.
-CASES = [("python", a) for a in sorted(_memory_hot.HOT)] + [
-    ("compiled", a) for a in ["fixed-window", "gcra", "leaky-bucket",
-                              "sliding-window-counter", "sliding-window-log", "token-bucket"]]
+#: (form, algorithm): the compiled twin for every algorithm, and the pure path.
+CASES = [("compiled", a) for a in ALGORITHMS] + [("pure", a) for a in ALGORITHMS]
 
 
 @pytest.fixture
 def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Makes `MemoryStore.bind_hit` use one implementation's builders for this test."""
+    """Makes `MemoryStore.bind_hit` use one form for this test; its algorithm is returned."""
     name, algorithm = request.param
-    monkeypatch.setattr(_memory_hot, "SELECTED", {algorithm: _builders(name)[algorithm]})
-    return str(name)
-
+    if name == "compiled":
+        _require_compiled()
+    else:
+        monkeypatch.setattr(memory, "COMPILED", None)
+    return f"{name}:{algorithm}"
 
 class _Clock:
     """A clock the trace sets directly (forwards and backwards)."""
@@ -78,15 +81,18 @@ def _limit(algorithm: str, rng: random.Random) -> Limit:
 
 def _on_hot_path(implementation: str, key: str, cost: float, limit: Limit,
                  int_clock: bool) -> bool:
-    """Whether `Limiter.hit` takes the specialised path (else the limiter's general path,
+    """Whether `Limiter.hit` takes the store's bound path (else the limiter's general path,
     which hands the store its cost as a float: a sliding log then logs 1.0, not 1)."""
-    if int_clock or key.__class__ is not str:
+    if key.__class__ is not str:
+        return False
+    if implementation.startswith("pure:"):  # any positive int cost, at any clock
+        return cost.__class__ is int and cost > 0
+    if int_clock:
         return False
     most = min(math.floor(limit.capacity), 2**53)
     if cost.__class__ is int:
         return 0 < cost <= most
-    return implementation == "compiled" and cost.__class__ is float and 0 < cost <= most \
-        and cost.is_integer()
+    return cost.__class__ is float and 0 < cost <= most and cost.is_integer()
 
 
 def _kept(algorithm: str, state: object) -> object:
@@ -113,7 +119,7 @@ def _steps(rng: random.Random, limit: Limit, n: int) -> Iterator[tuple[float, st
 @pytest.mark.parametrize("seed", range(40))
 def test_hot_path_equals_the_pure_function_on_random_traces(implementation: str,
                                                             seed: int) -> None:
-    algorithm = next(iter(_memory_hot.SELECTED))
+    algorithm = implementation.split(":")[1]
     rng = random.Random(f"{algorithm}-{seed}")
     limit = _limit(algorithm, rng)
     clock = _Clock()
@@ -121,12 +127,12 @@ def test_hot_path_equals_the_pure_function_on_random_traces(implementation: str,
     int_clock = rng.random() < 0.2  # a clock returning ints goes to the general path
     store = MemoryStore()
     limiter = Limiter(limit, store, clock=(lambda: int(clock.now)) if int_clock else clock)
-    # the specialised function is the one taking the calls
+    # the form under test is the one taking the calls
     hit = limiter.hit
-    if implementation == "compiled":
+    if implementation.startswith("compiled:"):
         assert type(hit.__self__).__module__ == "ratekeeper.stores._memory_hot_c"
     else:
-        assert hit.__qualname__ == f"{_memory_hot.HOT[algorithm].__name__}.<locals>.hit"
+        assert hit.__qualname__ == "MemoryStore.bind_hit.<locals>.hit"
     decide = get_algorithm(algorithm).decide
     model: dict[str, object] = {}
     for dt, key, cost in _steps(rng, limit, 300):
@@ -153,7 +159,7 @@ def test_hot_path_equals_the_pure_function_on_random_traces(implementation: str,
 @pytest.mark.parametrize("implementation", CASES, indirect=True, ids="-".join)
 def test_hot_path_rejects_a_bad_new_key_and_keeps_state_of_known_ones(implementation: str
                                                                       ) -> None:
-    algorithm = next(iter(_memory_hot.SELECTED))
+    algorithm = implementation.split(":")[1]
     limit = _limit(algorithm, random.Random(1))
     clock = _Clock()
     store = MemoryStore()
@@ -204,7 +210,7 @@ def test_hot_path_admits_exactly_the_burst_at_unix_time(implementation: str, rat
                                                         burst: int) -> None:
     # Found by the random traces above: the hot paths lacked the pure functions' float-drift
     # tolerance, so at Unix-time magnitudes a full bucket admitted one request less.
-    algorithm = next(iter(_memory_hot.SELECTED))
+    algorithm = implementation.split(":")[1]
     limit = Limit(algorithm, rate, burst=burst)
     clock = _Clock()
     clock.now = 1_764_590_400.123
@@ -217,30 +223,27 @@ def test_hot_path_admits_exactly_the_burst_at_unix_time(implementation: str, rat
 
 def test_the_compiled_hot_path_is_not_used_when_switched_off_or_stale(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    if _memory_hot.COMPILED is None:
-        _builders("compiled")  # fails under CI, skips elsewhere
+    _require_compiled()  # fails under CI, skips elsewhere
     from ratekeeper.stores import _memory_hot_c  # noqa: PLC0415  (absent where not built)
 
-    assert _memory_hot._compiled() is not None
-    monkeypatch.setenv(_memory_hot.PURE_PYTHON_ENV, "1")
-    assert _memory_hot._compiled() is None
-    monkeypatch.delenv(_memory_hot.PURE_PYTHON_ENV)
+    assert memory._compiled() is not None
+    monkeypatch.setenv(PURE_PYTHON_ENV, "1")
+    assert memory._compiled() is None
+    monkeypatch.delenv(PURE_PYTHON_ENV)
     monkeypatch.setattr(_memory_hot_c, "SOURCE_SHA256", "0" * 64)  # built from another source
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert _memory_hot._compiled() is None
+        assert memory._compiled() is None
     assert "older _memory_hot_c.pyx" in str(caught[0].message)
 
 
-@pytest.mark.parametrize("algorithm", ["fixed-window", "gcra", "leaky-bucket",
-                                       "sliding-window-counter", "sliding-window-log",
-                                       "token-bucket"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("seed", range(20))
 def test_decide_one_at_a_callers_clock_equals_the_pure_function(algorithm: str,
                                                                 seed: int) -> None:
     # MemoryStore.decide_one (the middleware's, the service's and replay's call) takes the
     # compiled path at the caller's own `now` where it is built.
-    _builders("compiled")
+    _require_compiled()
     rng = random.Random(f"at-{algorithm}-{seed}")
     limit = _limit(algorithm, rng)
     store = MemoryStore()
@@ -267,11 +270,9 @@ def test_several_checks_decide_as_the_general_path(seed: int) -> None:
     # MemoryStore.decide of several charged checks (a per-key limit with a global one, the
     # service's and the middleware's composites) takes the compiled all-or-nothing call
     # where it is built; the store's general path (`_decide`) is the reference.
-    _builders("compiled")
+    _require_compiled()
     rng = random.Random(f"all-{seed}")
-    algorithms = ["fixed-window", "gcra", "leaky-bucket", "sliding-window-counter",
-                  "sliding-window-log", "token-bucket"]
-    limits = [_limit(rng.choice(algorithms), rng) for _ in range(rng.choice([2, 2, 3]))]
+    limits = [_limit(rng.choice(ALGORITHMS), rng) for _ in range(rng.choice([2, 2, 3]))]
     limits = [dataclasses.replace(lim, name=f"l{i}") for i, lim in enumerate(limits)]
     fast, ref = MemoryStore(), MemoryStore()
     now: float = rng.choice([1000.0, 1.7e9 + rng.random()])
@@ -315,7 +316,7 @@ def test_edge_traces_found_by_review_decide_as_the_pure_function(limit: Limit,
                                                                  steps: list[tuple[float, int]]
                                                                  ) -> None:
     # Each of these once decided differently on the compiled path (a review's counterexamples).
-    _builders("compiled")
+    _require_compiled()
     store = MemoryStore()
     decide = get_algorithm(limit.algorithm).decide
     model: object = None
@@ -331,7 +332,7 @@ def test_edge_traces_found_by_review_decide_as_the_pure_function(limit: Limit,
 
 def test_several_checks_given_as_lists_take_the_general_path() -> None:
     # The compiled composite read each check as a tuple without looking (a crash on lists).
-    _builders("compiled")
+    _require_compiled()
     g, f = Limit("gcra", "10/s", burst=5), Limit("fixed-window", "10/s")
     got, _ = MemoryStore().decide([[g, "k", 1], [f, "k", 1]], 1.0)  # type: ignore[list-item]
     want, _ = MemoryStore()._decide([(g, "k", 1), (f, "k", 1)], 1.0, True)
@@ -340,7 +341,7 @@ def test_several_checks_given_as_lists_take_the_general_path() -> None:
 
 def test_the_compiled_path_sweeps_on_the_tables_count_of_inserts() -> None:
     # One count for every path (it kept its own, so sweeps, and states, came at other times).
-    _builders("compiled")
+    _require_compiled()
     lim = Limit("gcra", "10/s", burst=5)
     fast, ref = MemoryStore(sweep_every=2, sweep_grace=0), MemoryStore(sweep_every=2,
                                                                         sweep_grace=0)
@@ -351,3 +352,14 @@ def test_the_compiled_path_sweeps_on_the_tables_count_of_inserts() -> None:
             else:
                 store._decide([(lim, key, cost)], now, True)
     assert [repr(fast.state(lim, k)) for k in "abc"] == [repr(ref.state(lim, k)) for k in "abc"]
+
+
+def test_pure_python_binds_the_algorithms_own_decide() -> None:
+    # One pure form: with the compiled twin switched off, a limiter's bound hit is the store's
+    # general path around the algorithm's `decide` (there is no second, hand-inlined copy).
+    code = ("from ratekeeper import Limit, Limiter, MemoryStore\n"
+            "for a in ('gcra', 'token-bucket', 'fixed-window'):\n"
+            "    print(Limiter(Limit(a, '10/s'), MemoryStore()).hit.__qualname__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, PURE_PYTHON_ENV: "1"}).stdout
+    assert out.split() == ["MemoryStore.bind_hit.<locals>.hit"] * 3

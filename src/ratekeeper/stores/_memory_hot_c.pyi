@@ -1,9 +1,10 @@
-# The compiled twin of _memory_hot (_memory_hot_c.pyx): its builders have the same shape.
+# The compiled twin of the algorithms' pure decide functions (_memory_hot_c.pyx), bound by
+# ratekeeper.stores.memory, whose types its builders have.
 from collections.abc import Sequence
 
 from .._types import Decision
 from ._base import Check
-from ._memory_hot import AtBuilder, Bound, Builder
+from .memory import AtBuilder, Bound, Builder
 
 SOURCE_SHA256: str
 HOT: dict[str, Builder]

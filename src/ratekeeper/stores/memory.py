@@ -34,12 +34,11 @@ Concurrency: one mutex per store (`_Mutex`, a token in a list: a third of a
 microsecond); correct with free-threaded Python. The async methods run the same code without
 awaiting anything, so they never block the event loop for longer than that.
 
-The hot path (`bind_hit`) of gcra, token-bucket and fixed-window is specialised per limit
-(`ratekeeper.stores._memory_hot`): the algorithm's `decide` written out inline with the
-limit's numbers bound, the same float operations in the same order, proven identical to the
-pure functions on random traces (tests/unit/test_memory_hot.py). Where the install built it,
-a compiled twin (`_memory_hot_c.pyx`, also for sliding-window-counter and leaky-bucket) takes
-its place, proven identical the same way; ``RATEKEEPER_PURE_PYTHON=1`` switches it off.
+Each algorithm's arithmetic runs in one of two forms here: where the install built it, the
+compiled twin (`_memory_hot_c.pyx`: every algorithm's ``decide`` in C types with the limit's
+numbers bound, for `bind_hit`, `decide_one` and charged composites), proven identical to the
+pure functions on random traces, bit for bit (tests/unit/test_memory_hot.py); else, and with
+``RATEKEEPER_PURE_PYTHON=1``, the algorithm's pure ``decide`` itself.
 """
 
 from __future__ import annotations
@@ -50,15 +49,52 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
 
+from .._compiled import twin
 from .._errors import InvalidLimit
 from .._types import Decision, Limit
 from ..algorithms import get as get_algorithm
-from . import _memory_hot
 from ._base import Check, HitHooks
 
 __all__ = ["MemoryStore"]
+
+#: ``(table, limit, mutex, after_insert, hooks) -> hit``: a compiled `MemoryStore.bind_hit`.
+Builder = Callable[[Any, Limit, Any, Callable[[Any, float], None], HitHooks],
+                   Callable[[str, float], Decision]]
+
+
+class Bound(Protocol):
+    """A compiled limit's decisions at a caller's clock (`MemoryStore.decide_one`)."""
+
+    def at(self, key: str, cost: float, now: float) -> Decision | None:
+        """The charged decision, or None for what only the general path takes."""
+
+
+#: ``(table, limit, mutex, after_insert) -> Bound``: a compiled `MemoryStore.decide_one`.
+AtBuilder = Callable[[Any, Limit, Any, Callable[[Any, float], None]], Bound]
+#: `MemoryStore._decide` of charged checks, on the objects `AtBuilder`s build.
+DecideAll = Callable[[list[Bound], Sequence[Check], float], "list[Decision] | None"]
+
+
+class _Compiled(NamedTuple):
+    """The compiled twin's builders, per algorithm name."""
+
+    hit: dict[str, Builder]
+    at: dict[str, AtBuilder]
+    decide_all: DecideAll
+
+
+def _compiled() -> _Compiled | None:
+    """The compiled twin (`_memory_hot_c`, built at install time where a C compiler is
+    there), or None: not built, switched off, or older than its source (`_compiled.twin`)."""
+    c = twin(f"{__package__}._memory_hot_c", Path(__file__).with_name("_memory_hot_c.pyx"))
+    return None if c is None else _Compiled(c.HOT, c.AT, c.decide_all)
+
+
+#: The compiled twin in use; None: every decision goes through the pure ``decide``.
+COMPILED = _compiled()
 
 #: An expiry scan stops after this many keys that have not recovered (see the module docstring).
 _PATIENCE = 16
@@ -180,7 +216,7 @@ class MemoryStore:
         # algorithm gets a table of its own (the old state means nothing to the new algorithm),
         # while limiters still holding the old limit keep working on theirs.
         self._tables: dict[tuple[str, str], _Table] = {}
-        self._at: dict[int, tuple[Limit, _memory_hot.Bound | None]] = {}
+        self._at: dict[int, tuple[Limit, Bound | None]] = {}
         self._lock = _Mutex()
         self.evicted = 0  # keys dropped before they had recovered (see module docstring)
         self.expired = 0  # recovered keys dropped
@@ -305,7 +341,7 @@ class MemoryStore:
                 return d
         return self._decide(((limit, key, cost),), now, True)[0][0]
 
-    def _bound(self, limit: Limit) -> _memory_hot.Bound | None:
+    def _bound(self, limit: Limit) -> Bound | None:
         """`limit`'s compiled decisions at a caller's clock (None: pure Python decides)."""
         got = self._at.get(id(limit))
         # Keyed by id, holding the limit: an id is never mistaken for a later object's.
@@ -313,8 +349,8 @@ class MemoryStore:
             got = self._bind_at(limit)
         return got[1]
 
-    def _bind_at(self, limit: Limit) -> tuple[Limit, _memory_hot.Bound | None]:
-        build = _memory_hot.AT.get(limit.algorithm)
+    def _bind_at(self, limit: Limit) -> tuple[Limit, Bound | None]:
+        build = None if COMPILED is None else COMPILED.at.get(limit.algorithm)
         at = None if build is None else build(self._table(limit), limit, self._lock,
                                               self._after_insert)
         if len(self._at) >= 1024:
@@ -332,9 +368,10 @@ class MemoryStore:
         This store cannot fail, so it never calls ``hooks.failed``.
         """
         t = self._table(limit)
-        fast = _memory_hot.SELECTED.get(limit.algorithm)
-        if fast is not None:
-            return fast(t, limit, self._lock, self._after_insert, hooks)
+        compiled = None if COMPILED is None else COMPILED.hit.get(limit.algorithm)
+        if compiled is not None:
+            return compiled(t, limit, self._lock, self._after_insert, hooks)
+        # The pure path: the algorithm's own `decide` under the lock.
         data, decide, mutex = t.data, t.decide, self._lock
         pop, take, give, wait = data.pop, mutex.take, mutex.give, mutex.wait
         after_insert = self._after_insert
@@ -397,8 +434,7 @@ class MemoryStore:
             if len(checks) == 1:  # one charged check: `decide_one`'s fast path
                 limit, key, cost = checks[0]
                 return [self.decide_one(limit, key, cost, now)], now
-            decide_all = _memory_hot.DECIDE_ALL
-            if decide_all is not None:  # several: the compiled all-or-nothing call
+            if COMPILED is not None:  # several: the compiled all-or-nothing call
                 bound = []
                 for limit, _, _ in checks:
                     b = self._bound(limit)
@@ -406,7 +442,7 @@ class MemoryStore:
                         break
                     bound.append(b)
                 else:
-                    decisions = decide_all(bound, checks, now)
+                    decisions = COMPILED.decide_all(bound, checks, now)
                     if decisions is not None:
                         return decisions, now
         return self._decide(checks, now, consume)
