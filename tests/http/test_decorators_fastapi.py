@@ -321,3 +321,14 @@ async def test_fastapi_endpoint_returning_a_response_gets_the_ratelimit_fields(
     assert got[0].text == "/returns-response"
     assert got[0].headers["RateLimit"] == '"returns_response:2/minute";r=1;t=60'
     assert "returns_response:2/minute" in got[0].headers["RateLimit-Policy"]
+
+
+def test_a_misspelt_adapter_option_is_a_type_error_naming_it_and_the_accepted_ones() -> None:
+    """Every adapter's keyword arguments (here the RateLimit dependency's) refuse a name
+    they do not take, instead of dropping it: ``stroe=`` left the limits in a store of
+    their own making, unseen."""
+    from ratekeeper.http.fastapi import RateLimit
+
+    with pytest.raises(TypeError, match=r"RateLimit: unexpected keyword argument 'stroe'; "
+                                        r"it takes clock, .*store, watch, watch_clock"):
+        RateLimit([DEFAULT], stroe=object())  # type: ignore[call-arg]

@@ -781,6 +781,22 @@ if TYPE_CHECKING:  # a generic TypedDict needs Python 3.11 at run time; only myp
         watch_clock: Callable[[], float] | None
 
 
+#: The keyword arguments every adapter takes (`AdapterOptions`), for the unknown-name check.
+ADAPTER_OPTIONS = ("store", "clock", "sleep", "failure", "fallback_share", "watch",
+                   "watch_clock")
+
+
+def check_options(where: str, options: Collection[str], accepted: Collection[str] = ()
+                  ) -> None:
+    """Refuse an adapter keyword argument no adapter takes (a typo such as ``stroe=``
+    would otherwise be dropped unseen), naming it and the ones `where` takes: the adapter
+    options and its own `accepted`."""
+    unknown = sorted(set(options) - set(ADAPTER_OPTIONS))
+    if unknown:
+        raise TypeError(f"{where}: unexpected keyword argument {unknown[0]!r}; it takes "
+                        f"{', '.join(sorted({*ADAPTER_OPTIONS, *accepted}))}")
+
+
 @dataclass(frozen=True, slots=True)
 class _Kind:
     """Sync or asyncio: the store protocol an adapter takes and its default sleep (which
@@ -800,6 +816,7 @@ class _Adapter(Generic[S, Z]):
     _kind: ClassVar[_Kind]
 
     def __init__(self, policy: PolicySpec, **options: Unpack[AdapterOptions[S, Z]]) -> None:
+        check_options(type(self).__name__, options)
         kind = self._kind
         store: Any = options.get("store")
         store = MemoryStore() if store is None else store

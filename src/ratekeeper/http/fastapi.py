@@ -36,6 +36,12 @@ and cost). `key` is ``"client_ip"``, ``"header:<name>"``, a function of the `Req
 ``[http]`` part (``"user"``...). `name` names the limit (its state and its RateLimit
 field); by default ``"<function>:<rate>"``.
 
+slowapi's own set-up runs as written (docs/migration.md, slowapi): ``Limiter(key_func,
+default_limits=, application_limits=, key_style=, storage_uri=, ...)``,
+``app.state.limiter = limiter`` and ``app.add_middleware(SlowAPIMiddleware)`` (or
+`SlowAPIASGIMiddleware`, the same class), which decides an undecorated endpoint's default
+limits, per route, on the limiter's engine; decorated endpoints decide their own.
+
 The older `RateLimit` dependency limits one endpoint (or router) on its own:
 
     search_limit = RateLimit([Limit("gcra", "1/s", burst=5, name="search")])
@@ -67,15 +73,17 @@ try:
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
     from starlette.responses import Response
+    from starlette.routing import Match
 except ImportError as e:  # pragma: no cover - exercised in a subprocess
     raise ImportError(
         f"ratekeeper.http.fastapi needs Starlette (FastAPI's toolkit): "
         f"pip install 'ratekeeper[asgi]' ({e})"
     ) from e
 
-from .._types import Decision
+from .._types import Decision, Limit
 from ..core import arun
-from ..policy._request import RequestInfo
+from ..policy._holder import PolicyHolder
+from ..policy._request import KeyFunc, RequestInfo
 from ..stores import AsyncStore
 from ..stores._url import open_store
 from ._decorators import (
@@ -84,10 +92,32 @@ from ._decorators import (
     LimitSpec,
     Mode,
     Registry,
+    endpoint_name,
+    header_key,
     make_limits,
 )
-from ._policy import Cost, HTTPPolicy, Outcome, PolicySpec, RouteLimits, _Adapter
-from .asgi import ASYNC, SCOPE_KEY, AsyncSleep
+from ._policy import (
+    Cost,
+    HTTPPolicy,
+    Outcome,
+    PolicySpec,
+    RouteLimit,
+    RouteLimits,
+    _Adapter,
+    _Engine,
+    check_options,
+)
+from .asgi import (
+    ASYNC,
+    SCOPE_KEY,
+    ASGIApp,
+    AsyncSleep,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    _raw,
+)
 from .headers import PROBLEM_CONTENT_TYPE
 
 if TYPE_CHECKING:
@@ -96,8 +126,8 @@ if TYPE_CHECKING:
     from ._policy import AdapterOptions
 
 __all__ = ["Limiter", "RateLimit", "RateLimitExceeded", "RateLimited",
-           "_rate_limit_exceeded_handler", "get_ipaddr", "get_remote_address",
-           "install_problem_handler", "problem_response"]
+           "SlowAPIASGIMiddleware", "SlowAPIMiddleware", "_rate_limit_exceeded_handler",
+           "get_ipaddr", "get_remote_address", "install_problem_handler", "problem_response"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -105,18 +135,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 DECIDED_KEY = "ratekeeper.decided"
 #: Set in the scope to the admitted request's RateLimit fields, for a returned `Response`.
 HEADERS_KEY = "ratekeeper.headers"
+#: Set in the scope by `SlowAPIASGIMiddleware`: the endpoint the router will call (the
+#: router sets ``scope["endpoint"]`` only after the middleware).
+ENDPOINT_KEY = "ratekeeper.endpoint"
 
 
 class RateLimited(HTTPException):
     """A rejected request: `status_code`, `headers` (Retry-After, RateLimit fields), the
     problem+json `body`, and the `decision`."""
 
-    def __init__(self, outcome: Outcome) -> None:
+    def __init__(self, outcome: Outcome, message: str | None = None) -> None:
         headers = {k: v for k, v in outcome.headers if k.lower() != "content-type"}
         detail: Any = json.loads(outcome.body) if outcome.body else "Too Many Requests"
+        body = outcome.body
+        if message is not None and isinstance(detail, dict):
+            # slowapi's error_message: the problem's human-readable "detail" member
+            detail["detail"] = message
+            body = json.dumps(detail).encode()
         super().__init__(status_code=outcome.status, detail=detail, headers=headers)
-        self.body = outcome.body
+        self.body = body
         self.decision: Decision = outcome.decision
+        self.message = message
 
 
 async def problem_response(request: Request, exc: Exception) -> Response:
@@ -138,7 +177,8 @@ def _rate_limit_exceeded_handler(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, RateLimited):
         raise exc
     body: dict[str, Any] = dict(exc.detail) if isinstance(exc.detail, dict) else {}
-    body["error"] = f"Rate limit exceeded: {body.get('policy', exc.decision.limit)}"
+    said = exc.message if exc.message is not None else body.get("policy", exc.decision.limit)
+    body["error"] = f"Rate limit exceeded: {said}"
     return Response(json.dumps(body), status_code=exc.status_code, headers=exc.headers,
                     media_type=PROBLEM_CONTENT_TYPE)
 
@@ -173,16 +213,48 @@ def _refuse_strategy(strategy: str | None) -> str:
         f"sliding-window-log limit is stricter), or algorithm= on the decorator")
 
 
-def _slowapi_key(key_func: Callable[..., str]) -> Callable[[RequestInfo], str | None]:
+def _slowapi_key(key_func: Callable[..., str], prefix: str = "") -> KeyFunc:
     """A slowapi key function (of the Starlette request, or of nothing, as slowapi calls
-    it by its signature) as a key function of the `RequestInfo`."""
+    it by its signature) as a key function of the `RequestInfo`; `prefix` is slowapi's
+    ``key_prefix`` (two apps on one store, counted apart)."""
     takes_request = bool(inspect.signature(key_func).parameters)
 
     def key(info: RequestInfo) -> str | None:
-        return str(key_func(info.native) if takes_request else key_func())
+        return prefix + str(key_func(info.native) if takes_request else key_func())
 
     key.__name__ = getattr(key_func, "__name__", "key_func")
     return key
+
+
+def _route_of(info: RequestInfo, by_url: bool) -> str:
+    """What slowapi counts a limit on: the request's path (``key_style="url"``) or its
+    endpoint function's qualified name (``"endpoint"``)."""
+    if not by_url:
+        scope = info.native.scope
+        endpoint = scope.get("endpoint") or scope.get(ENDPOINT_KEY)
+        if endpoint is not None:
+            return f"{endpoint.__module__}.{endpoint.__qualname__}"
+    return info.path
+
+
+def _per_route(key: KeyFunc, by_url: bool) -> KeyFunc:
+    """`key` counted apart on each route, as slowapi counts every limit but a shared one."""
+    def per_route(info: RequestInfo) -> str:
+        return f"{_route_of(info, by_url)}|{key(info)}"
+
+    return per_route
+
+
+def _per_method(key: KeyFunc) -> KeyFunc:
+    """`key` counted apart per HTTP method (slowapi's ``per_method=True``)."""
+    def per_method(info: RequestInfo) -> str:
+        return f"{key(info)}:{info.method}"
+
+    return per_method
+
+
+def _message(error_message: str | Callable[[], str] | None) -> str | None:
+    return error_message() if callable(error_message) else error_message
 
 
 def _exempted(endpoint: object, request: Request) -> bool:
@@ -215,16 +287,21 @@ class RateLimit(_Adapter[AsyncStore, AsyncSleep]):
 
 
 async def _decide(adapter: _Adapter[AsyncStore, AsyncSleep], request: Request,
-                  response: Response | None, route: RouteLimits) -> Decision | None:
-    """One decision for `request` (with `route`'s limits): raise `RateLimited`, or add the
-    RateLimit fields to `response` and return the decision (None: not limited)."""
+                  response: Response | None, route: RouteLimits,
+                  messages: dict[str, str | Callable[[], str]] | None = None
+                  ) -> Decision | None:
+    """One decision for `request` (with `route`'s limits): raise `RateLimited` (with the
+    message `messages` gives the refusing limit's name), or add the RateLimit fields to
+    `response` and return the decision (None: not limited)."""
     info = RequestInfo.from_asgi(request.scope)
     info.native = request
     out = await arun(adapter.engine.handle(info, route))
     if out is None:  # not limited
         return None
     if out.action == "reject":
-        raise RateLimited(out)
+        refusing = out.decision.limit
+        raise RateLimited(out, None if not messages or refusing is None
+                          else _message(messages.get(refusing.name)))
     request.scope[SCOPE_KEY] = out.decision
     request.scope[HEADERS_KEY] = out.headers
     if response is not None:
@@ -233,57 +310,106 @@ async def _decide(adapter: _Adapter[AsyncStore, AsyncSleep], request: Request,
     return out.decision
 
 
+#: slowapi's Limiter options that ratekeeper has no way to honour, each with the one to use.
+_REFUSED_OPTIONS = {
+    "auto_check": (True, "ratekeeper decides every decorated request; where you check by "
+                   "hand, use a RateLimit dependency on that endpoint instead"),
+    "in_memory_fallback": (None, "failure='local' (each limit's share decided in-process "
+                           "while the store is down: fallback_share=)"),
+    "retry_after": (None, "Retry-After is sent in seconds (RFC 9110's delay-seconds, read "
+                    "by every client); drop retry_after="),
+    "config_filename": (None, "pass the settings to Limiter(...) (ratekeeper reads no "
+                        ".env file)"),
+}
+
+
 class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
     """A FastAPI global dependency deciding the policy's limits and each endpoint's
     decorator limits as one (see the module docstring); returns the `Decision`.
 
     ``Limiter(policy, store=..., clock=..., ...)``: arguments as for
     `RateLimitMiddleware` (an `HTTPPolicy`, limits or a policies file; an `AsyncStore`).
+    Or slowapi's ``Limiter(key_func, default_limits=..., ...)`` (docs/migration.md).
     """
 
     _kind = ASYNC
 
-    def __init__(self, policy: PolicySpec = (), *,
+    def __init__(self, policy: PolicySpec | Callable[..., str] = (), *,
                  key_func: Callable[..., str] | None = None,
                  default_limits: Sequence[str] = (),
+                 application_limits: Sequence[str] = (),
                  storage_uri: str | None = None,
+                 storage_options: dict[str, Any] | None = None,
                  enabled: bool = True,
                  headers_enabled: bool = False,
                  strategy: str | None = None,
-                 application_limits: Sequence[str] | None = None,
-                 key_style: str | None = None,
+                 key_style: str = "url",
+                 key_prefix: str = "",
+                 swallow_errors: bool = False,
+                 in_memory_fallback_enabled: bool = False,
+                 auto_check: bool = True,
+                 in_memory_fallback: Sequence[str] = (),
+                 retry_after: str | None = None,
+                 config_filename: str | None = None,
                  **options: Unpack[AdapterOptions[AsyncStore, AsyncSleep]]) -> None:
-        for given, what, instead in (
-                (application_limits, "application_limits=", "a Limit(..., scope='global') "
-                 "in the policy, or a literal descriptor in a policies file"),
-                (key_style, "key_style=", "the policy's key (state names are ratekeeper's "
-                 "own: name= on the decorator)")):
-            if given is not None:
-                raise ValueError(f"Limiter: {what}{given!r} is not supported; use "
-                                 f"{instead} (docs/migration.md, slowapi)")
+        check_options("Limiter", options, _LIMITER_OPTIONS)
+        given = {"auto_check": auto_check, "in_memory_fallback": list(in_memory_fallback) or None,
+                 "retry_after": retry_after, "config_filename": config_filename}
+        for option, (default, instead) in _REFUSED_OPTIONS.items():
+            if given[option] != default:
+                raise ValueError(f"Limiter: slowapi's {option}={given[option]!r} is not "
+                                 f"supported; {instead} (docs/migration.md, slowapi)")
+        if key_style not in ("url", "endpoint"):
+            raise ValueError(f"Limiter: key_style={key_style!r}: slowapi's styles are 'url' "
+                             "(a limit counted per path) and 'endpoint' (per endpoint)")
+        if callable(policy) and not isinstance(policy, (HTTPPolicy, Limit, PolicyHolder)):
+            if key_func is not None:
+                raise TypeError("Limiter: give the key function once (key_func=)")
+            key_func, policy = policy, ()  # slowapi's Limiter(get_remote_address)
         # slowapi's options, translated onto the one policy (see docs/migration.md):
-        # key_func keys the defaults and every decorator without key=; decorator limits
-        # then replace the defaults (slowapi's override_defaults=True).
+        # key_func keys every limit a decorator without key= makes; the default limits
+        # count per route (by path or endpoint, key_style) and the application limits
+        # across routes; decorator limits replace the defaults (override_defaults=True).
         self._algorithm = _STRATEGIES[strategy] if strategy in _STRATEGIES else \
             _refuse_strategy(strategy)
         self._default_key: KeySpec = "client_ip"
         self._default_mode: Mode = "add"
-        if key_func is not None or default_limits:
+        self._by_url = key_style == "url"
+        self._route_key: KeySpec | None = None  # a decorator's default key, counted per route
+        self._application: RouteLimit | None = None
+        slowapi = key_func is not None or bool(default_limits) or bool(application_limits)
+        if slowapi:
             if policy != ():
                 raise ValueError(
-                    "Limiter: give either a policy or slowapi's key_func=/default_limits=, "
-                    "not both (put the key function in HTTPPolicy(key=...))")
-            key = None if key_func is None else _slowapi_key(key_func)
+                    "Limiter: give either a policy or slowapi's key_func=/default_limits=/"
+                    "application_limits=, not both (put the key function in "
+                    "HTTPPolicy(key=...))")
+            key = _slowapi_key(key_func if key_func is not None else get_remote_address,
+                               f"{key_prefix}/" if key_prefix else "")
             limits = make_limits(list(default_limits), endpoint="default",
                                  algorithm=self._algorithm, burst=None, name=None) \
                 if default_limits else ()
-            policy = HTTPPolicy(limits=limits, key=key, legacy_headers=headers_enabled)
-            self._default_key = "key" if key is not None else "client_ip"
+            policy = HTTPPolicy(limits=limits, key=_per_route(key, self._by_url),
+                                legacy_headers=headers_enabled)
+            if application_limits:
+                self._application = RouteLimit(
+                    tuple(make_limits(list(application_limits), endpoint="application",
+                                      algorithm=self._algorithm, burst=None, name=None)),
+                    "application", key=key, mode="add")
+            self._default_key = key
+            self._route_key = _per_route(key, True) if self._by_url else key
             self._default_mode = "replace"
+        elif key_prefix:
+            raise ValueError("Limiter: key_prefix= goes with slowapi's key_func=; with a "
+                             "policy, give the store its prefix (RedisStore prefix=)")
+        if in_memory_fallback_enabled:
+            options.setdefault("failure", "local")
+        del swallow_errors  # store errors never reach a request: failure= decides
         if storage_uri is not None:
             if options.get("store") is not None:
                 raise ValueError("Limiter: give store= or storage_uri=, not both")
-            options["store"] = open_store(storage_uri, asyncio=True)
+            options["store"] = open_store(storage_uri, asyncio=True,
+                                          **(storage_options or {}))
         super().__init__(policy, **options)
         self._registry = Registry()
         self.enabled = enabled
@@ -294,20 +420,31 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
               cost: Cost | None = None, name: str | None = None,
               override_defaults: bool | None = None,
               exempt_when: Callable[..., bool] | None = None,
-              error_message: str | None = None, per_method: bool = False,
+              error_message: str | Callable[[], str] | None = None,
+              per_method: bool = False,
               methods: Sequence[str] | None = None) -> Callable[[F], F]:
         """`Decorates.limit`, taking slowapi's arguments too: `key_func` (positional, of
-        the request or of nothing), ``override_defaults`` (True: ``mode="replace"``) and
-        `exempt_when`; those ratekeeper cannot honour are refused here, naming the
+        the request or of nothing), ``override_defaults`` (True: ``mode="replace"``),
+        `exempt_when`, `error_message` (the 429's ``detail`` and slowapi's ``error``) and
+        `per_method` (each method counted apart); `methods` is refused here, naming the
         alternative."""
-        for given, what, instead in (
-                (error_message, "error_message=", "the problem+json detail of "
-                 "install_problem_handler, or your own RateLimited handler"),
-                (per_method or None, "per_method=", "a decorator per method's endpoint"),
-                (methods, "methods=", "a decorator on the endpoint of those methods")):
-            if given is not None:
-                raise ValueError(f"@limiter.limit: {what}{given!r} is not supported; use "
-                                 f"{instead} (docs/migration.md, slowapi)")
+        return self._limit(limits, key_func, key=key, algorithm=algorithm, burst=burst,
+                           mode=mode, cost=cost, name=name,
+                           override_defaults=override_defaults, exempt_when=exempt_when,
+                           error_message=error_message, per_method=per_method,
+                           methods=methods, shared=False)
+
+    def _limit(self, limits: LimitSpec, key_func: Callable[..., str] | None, *,
+               key: KeySpec | None, algorithm: str | None, burst: float | None,
+               mode: Mode | None, cost: Cost | None, name: str | None,
+               override_defaults: bool | None, exempt_when: Callable[..., bool] | None,
+               error_message: str | Callable[[], str] | None, per_method: bool,
+               methods: Sequence[str] | None, shared: bool) -> Callable[[F], F]:
+        if methods is not None:
+            raise ValueError(
+                f"@limiter.limit: methods={methods!r} is not supported; FastAPI routes are "
+                "per method: decorate the endpoint of those methods (@app.post ...) alone "
+                "(docs/migration.md, slowapi)")
         if callable(limits):
             raise ValueError(
                 f"@limiter.limit: a callable limit ({limits!r}, slowapi's dynamic limit "
@@ -317,29 +454,95 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
             raise ValueError("@limiter.limit: give key_func or key=, not both")
         if override_defaults is not None and mode is None:
             mode = "replace" if override_defaults else "add"
+        chosen: KeySpec
+        if key is not None:
+            chosen = key
+        elif key_func is not None:
+            own = _slowapi_key(key_func)
+            chosen = _per_route(own, True) if self._by_url and not shared and \
+                self._route_key is not None else own
+        elif self._route_key is not None and not shared:
+            chosen = self._route_key
+        else:
+            chosen = self._default_key
+        if per_method:
+            chosen = _per_method(self._key_function(chosen))
         decorate = super().limit(
-            limits, key=key if key is not None else
-            _slowapi_key(key_func) if key_func is not None else self._default_key,
-            algorithm=algorithm or self._algorithm, burst=burst,
+            limits, key=chosen, algorithm=algorithm or self._algorithm, burst=burst,
             mode=mode or self._default_mode, cost=cost, name=name)
-        if exempt_when is None:
+        if exempt_when is None and error_message is None:
             return decorate
 
-        def decorate_exempt_when(func: F) -> F:
+        def decorate_slowapi(func: F) -> F:
             target = decorate(func)
-            target._ratekeeper_exempt_when = exempt_when  # type: ignore[attr-defined]
+            if exempt_when is not None:
+                target._ratekeeper_exempt_when = exempt_when  # type: ignore[attr-defined]
+            if error_message is not None:
+                # the message of a rejection by this decorator's limits (by their names)
+                endpoint = name or endpoint_name(func)
+                own = make_limits(limits, endpoint=endpoint, algorithm="fixed-window",
+                                  burst=None, name=name)
+                messages = dict(getattr(target, "_ratekeeper_messages", {}))
+                messages.update(dict.fromkeys((lim.name for lim in own), error_message))
+                target._ratekeeper_messages = messages  # type: ignore[attr-defined]
             return target
 
-        return decorate_exempt_when
+        return decorate_slowapi
+
+    def _key_function(self, key: KeySpec) -> KeyFunc:
+        """`key` as a function giving the key itself (per_method appends the method)."""
+        engine = self.engine
+        if callable(key):
+            fn: KeyFunc = key
+        elif key.lower().startswith("header:"):
+            fn = header_key(key[len("header:"):])
+        elif key in ("client_ip", "key") and isinstance(engine, _Engine):
+            policy_key = engine.policy.key if key == "key" else None
+            fn = policy_key if policy_key is not None else (lambda info: None)
+        else:
+            raise ValueError(f"@limiter.limit: per_method=True counts a key function per "
+                             f"method; key={key!r} is an attribute of the policies file: "
+                             "give a decorator per method's endpoint instead")
+        client_ip = engine.policy.client_ip if isinstance(engine, _Engine) \
+            else engine.rules.client_ip
+
+        def full(info: RequestInfo) -> str:
+            got = fn(info)
+            return client_ip.key_of(info.client_ip) if got is None else str(got)
+
+        return full
 
     def shared_limit(self, limits: LimitSpec, scope: str,
-                     key_func: Callable[..., str] | None = None, **arguments: Any
-                     ) -> Callable[[F], F]:
+                     key_func: Callable[..., str] | None = None, *,
+                     error_message: str | Callable[[], str] | None = None,
+                     exempt_when: Callable[..., bool] | None = None,
+                     cost: Cost | None = None, override_defaults: bool | None = None,
+                     **arguments: Any) -> Callable[[F], F]:
         """slowapi's ``@limiter.shared_limit(limits, scope)``: one state for every endpoint
-        it decorates, named `scope` (`limit` with ``name=scope``)."""
+        it decorates, named `scope` (`limit` with ``name=scope``), whatever the path."""
         if "name" in arguments:
             raise ValueError("@limiter.shared_limit: the scope is the name; give no name=")
-        return self.limit(limits, key_func, name=scope, **arguments)
+        if not isinstance(scope, str):
+            raise ValueError(f"@limiter.shared_limit: scope={scope!r}: give the scope as a "
+                             "string (a function of the endpoint is not supported)")
+        options: dict[str, Any] = {"key": None, "algorithm": None, "burst": None,
+                                   "mode": None, "per_method": False, "methods": None}
+        unknown = set(arguments) - set(options)
+        if unknown:
+            raise TypeError(f"@limiter.shared_limit: unexpected keyword argument "
+                            f"{sorted(unknown)[0]!r}")
+        options.update(arguments)
+        return self._limit(limits, key_func, name=scope, error_message=error_message,
+                           exempt_when=exempt_when, cost=cost,
+                           override_defaults=override_defaults, shared=True, **options)
+
+    def route_limits(self, endpoint: object) -> RouteLimits:
+        """The limits a request to `endpoint` decides beside the policy's: its decorators'
+        and slowapi's application limits."""
+        route = self._registry.find(endpoint)
+        if self._application is None:
+            return route
+        return (self._application,) if route is None else (*route, self._application)
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
         if not self.enabled:
@@ -350,8 +553,8 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
         endpoint = request.scope.get("endpoint")
         if _exempted(endpoint, request):
             return None
-        route = self._registry.find(endpoint)
-        return await _decide(self, request, response, route)
+        return await _decide(self, request, response, self.route_limits(endpoint),
+                             getattr(endpoint, "_ratekeeper_messages", None))
 
     def _guard(self, func: F) -> F:
         """`func`, deciding its limits itself when no global dependency did (an app built
@@ -362,7 +565,6 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
         FastAPI fills one parameter per type, so the endpoint's own ``request: Request`` /
         ``response: Response`` (slowapi requires the first) is reused; only a missing one is
         added to the wrapper's signature, under a name of ours, and not passed on."""
-        registry = self._registry
         is_async = inspect.iscoroutinefunction(func)
         sig = inspect.signature(func)
         hints = _annotations(func)
@@ -385,7 +587,8 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
             if self.enabled and not request.scope.get(DECIDED_KEY) and \
                     not _exempted(endpoint, request):
                 request.scope[DECIDED_KEY] = True
-                await _decide(self, request, response, registry.find(endpoint))
+                await _decide(self, request, response, self.route_limits(endpoint),
+                              getattr(endpoint, "_ratekeeper_messages", None))
             if is_async:
                 result = await func(*args, **kwargs)
             else:
@@ -407,6 +610,77 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
         endpoint.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         endpoint._ratekeeper_limiter = self  # type: ignore[attr-defined]
         return endpoint  # type: ignore[return-value]
+
+
+_LIMITER_OPTIONS = tuple(name for name in inspect.signature(Limiter.__init__).parameters
+                         if name not in ("self", "policy", "options"))
+
+
+def _route_endpoint(app: Any, scope: Scope) -> object | None:
+    """The endpoint of the first of `app`'s routes matching `scope` fully (the one
+    Starlette's router will call), or None (no route: a 404, or a mounted app)."""
+    for route in getattr(app, "routes", ()):
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return getattr(route, "endpoint", None)
+    return None
+
+
+class SlowAPIASGIMiddleware:
+    """slowapi's middleware: ``app.add_middleware(SlowAPIMiddleware)`` with the `Limiter`
+    in ``app.state.limiter``. A request to an undecorated endpoint is decided with the
+    default (and application) limits, on the limiter's engine; a decorated or exempt one is
+    left to its decorator, and a request for no route passes. A rejection is rendered by
+    the app's handler for `RateLimitExceeded` (sync or async; slowapi's
+    `_rate_limit_exceeded_handler` if none); an admitted response gets the RateLimit
+    fields. Lifespan and websocket traffic passes untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        app = scope.get("app")
+        limiter = getattr(getattr(app, "state", None), "limiter", None)
+        if scope["type"] != "http" or scope.get(DECIDED_KEY):
+            await self.app(scope, receive, send)
+            return
+        if app is None or not isinstance(limiter, Limiter):
+            raise TypeError(f"SlowAPIMiddleware needs the Limiter in app.state.limiter, "
+                            f"got {limiter!r}: set app.state.limiter = limiter")
+        endpoint = _route_endpoint(app, scope)
+        if not limiter.enabled or endpoint is None or \
+                limiter._registry.find(endpoint) is not None:
+            await self.app(scope, receive, send)  # its decorator decides (or exempts)
+            return
+        scope[DECIDED_KEY] = True
+        scope[ENDPOINT_KEY] = endpoint
+        request = Request(scope, receive)
+        try:
+            decision = await _decide(limiter, request, None, limiter.route_limits(None))
+        except RateLimited as exc:
+            handler = app.exception_handlers.get(RateLimited, _rate_limit_exceeded_handler)
+            response = handler(request, exc)
+            if inspect.isawaitable(response):
+                response = await response
+            await response(scope, receive, send)
+            return
+        if decision is None:
+            await self.app(scope, receive, send)
+            return
+        extra = _raw(scope[HEADERS_KEY])
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+#: slowapi's other name for its middleware (a BaseHTTPMiddleware there): the same class
+#: here, which awaits an async exception handler too.
+SlowAPIMiddleware = SlowAPIASGIMiddleware
 
 
 def _annotations(func: Callable[..., Any]) -> dict[str, Any]:
