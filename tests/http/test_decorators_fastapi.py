@@ -15,8 +15,11 @@ from starlette.requests import Request as StarletteRequest
 
 from ratekeeper import Limit
 from ratekeeper.http import HTTPPolicy, RequestInfo
-from ratekeeper.http.fastapi import Limiter, install_problem_handler
+from ratekeeper.http.fastapi import Limiter, RateLimit, install_problem_handler
+from ratekeeper.stores import MemoryStore
 from ratekeeper.testing import ManualClock
+
+from .conftest import DownStore
 
 PEER = "203.0.113.7"
 DEFAULT = Limit("fixed-window", "3/minute", name="default")
@@ -327,8 +330,47 @@ def test_a_misspelt_adapter_option_is_a_type_error_naming_it_and_the_accepted_on
     """Every adapter's keyword arguments (here the RateLimit dependency's) refuse a name
     they do not take, instead of dropping it: ``stroe=`` left the limits in a store of
     their own making, unseen."""
-    from ratekeeper.http.fastapi import RateLimit
-
     with pytest.raises(TypeError, match=r"RateLimit: unexpected keyword argument 'stroe'; "
                                         r"it takes clock, .*store, watch, watch_clock"):
         RateLimit([DEFAULT], stroe=object())  # type: ignore[call-arg]
+
+
+def slowapi_app(limiter: Limiter) -> FastAPI:
+    """A slowapi app: the decorator alone, no global dependency."""
+    app = FastAPI()
+    app.state.limiter = limiter
+
+    @app.get("/t")
+    @limiter.limit("1/minute")
+    async def t(request: Request) -> dict[str, str]:
+        return {"ok": "yes"}
+
+    return app
+
+
+async def test_slowapi_in_memory_fallback_enabled_keeps_limiting_while_the_store_is_down(
+        clock: ManualClock) -> None:
+    """slowapi's ``in_memory_fallback_enabled=True`` is ``failure="local"``: with the store
+    down, the limit is still decided in-process (the second request is refused); without
+    it the limiter fails open, as ``swallow_errors=True`` does."""
+    for fallback, second in ((True, 429), (False, 200)):
+        limiter = Limiter(key_func=lambda: "k", store=DownStore(), clock=clock,
+                          in_memory_fallback_enabled=fallback)
+        async with client(slowapi_app(limiter)) as c:
+            assert [(await c.get("/t")).status_code for _ in range(2)] == [200, second]
+
+
+async def test_slowapi_key_prefix_counts_two_limiters_on_one_store_apart(
+        clock: ManualClock) -> None:
+    """slowapi's ``key_prefix``: two apps on one store, counted apart when their prefixes
+    differ and together when they are the same."""
+    store = MemoryStore()
+
+    def limiter(prefix: str) -> Limiter:
+        return Limiter(key_func=lambda: "k", key_prefix=prefix, store=store, clock=clock)
+
+    async with client(slowapi_app(limiter("a"))) as a, \
+            client(slowapi_app(limiter("b"))) as b, client(slowapi_app(limiter("b"))) as b2:
+        assert (await a.get("/t")).status_code == 200
+        assert (await b.get("/t")).status_code == 200
+        assert (await b2.get("/t")).status_code == 429
