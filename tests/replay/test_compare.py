@@ -63,7 +63,7 @@ def test_counts_equal_a_plain_loop_over_each_policys_own_replay(tmp_path: Path) 
             page_rejected: dict[str, bool] = {}
             pages = pages_rejected = 0
             for r in replay(pol, events):
-                c = who(r.event)
+                c = who.of(r.event)
                 if c not in last or r.event.t - last[c] > 0.5:
                     pages += 1
                     page_rejected[c] = False

@@ -101,7 +101,7 @@ def test_compare_is_the_plain_fold_of_each_candidates_replay(tmp_path: Path) -> 
     who = client_resolver(cands[0].policies)
     settings = {"gap": 0.5, "bucket": None, "max_buckets": 16, "top": 5}
     got = compare(cands, events, client_of=who, **settings).to_json()
-    want = [fold(c.name, c.policies, events, who, **settings) for c in cands]
+    want = [fold(c.name, c.policies, events, who.of, **settings) for c in cands]
     assert got["events"] == len(events)
     assert (got["first_t"], got["last_t"]) == (events[0].t, events[-1].t)
     for g, w in zip(got["policies"], want, strict=True):

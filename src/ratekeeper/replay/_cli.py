@@ -234,9 +234,12 @@ def _write_json(path: str, value: dict[str, Any]) -> None:
         Path(path).write_text(text + "\n", encoding="utf-8")
 
 
-def _report_stats(cmd: str, stats: ReadStats) -> None:
+def _report_stats(cmd: str, stats: ReadStats, comparison: Comparison | None) -> None:
     if stats.malformed_total or stats.late:
         print(f"ratekeeper {cmd}: {stats.summary()}", file=sys.stderr)
+    note = "" if comparison is None else comparison.named_note()
+    if note:  # once: a host-name log (HostnameLookups) is not an error, but it is news
+        print(f"ratekeeper {cmd}: {note}", file=sys.stderr)
 
 
 def _stats_json(stats: ReadStats) -> dict[str, Any]:
@@ -310,7 +313,7 @@ def run_replay(args: argparse.Namespace) -> int:
         print(result.table() + _clamped_row(reader.stats))
     if args.json is not None:
         _write_json(args.json, {**result.to_json(), "log": _stats_json(reader.stats)})
-    _report_stats("replay", reader.stats)
+    _report_stats("replay", reader.stats, result)
     return (_write_report("replay", args, result, None, _stats_json(reader.stats))
             or _check_read("replay", args, reader.stats))
 
@@ -385,7 +388,7 @@ def run_recommend(args: argparse.Namespace) -> int:
     if args.json is not None:
         _write_json(args.json, {**rec.to_json(), "log": _stats_json(last[0].stats)})
     if last:
-        _report_stats("recommend", last[0].stats)
+        _report_stats("recommend", last[0].stats, rec.comparison)
     return (_write_report("recommend", args, None, rec,
                           _stats_json(last[0].stats) if last else {})
             or (_check_read("recommend", args, last[0].stats) if last else 0))

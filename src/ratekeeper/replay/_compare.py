@@ -47,12 +47,14 @@ from typing import Any
 from ..policy._decide import HTTPDecision
 from ..policy._keys import counter_key
 from ..policy._model import Policies
+from ..policy._request import ClientIP
 from ..stores.memory import MemoryStore
 from ._events import LogEvent, ReadStats
-from ._replay import replay
+from ._replay import PeerName, log_policies, replay, request_of
 
 __all__ = [
     "Candidate",
+    "ClientResolver",
     "Comparison",
     "DelaySketch",
     "PolicyResult",
@@ -333,7 +335,9 @@ class PolicyResult:
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
-    """The candidates' results, in the order given, and the settings that made them."""
+    """The candidates' results, in the order given, and the settings that made them.
+    `named_clients`, `named_lines`: the clients the log names by something that is not an
+    IP address (each a client of its own: `ClientResolver`) and their lines."""
 
     policies: tuple[PolicyResult, ...]
     gap: float
@@ -341,12 +345,22 @@ class Comparison:
     events: int
     first_t: float | None
     last_t: float | None
+    named_clients: int = 0
+    named_lines: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON values (``json.dumps`` takes it as is): the input of the report."""
         return {"gap": self.gap, "bucket": self.bucket, "events": self.events,
                 "first_t": self.first_t, "last_t": self.last_t,
+                "named_clients": self.named_clients, "named_lines": self.named_lines,
                 "policies": [p.to_json() for p in self.policies]}
+
+    def named_note(self) -> str:
+        """The one sentence about clients that are not addresses ("" when there are none)."""
+        if not self.named_clients:
+            return ""
+        return (f"{self.named_clients} clients ({self.named_lines} lines) are not IP "
+                "addresses (host names, anonymised addresses): each is a client of its own")
 
     def table(self) -> str:
         """The side-by-side table a person reads (one column per candidate)."""
@@ -365,6 +379,9 @@ class Comparison:
             ("delay p99", lambda p: _seconds(p.delay_p99)),
             ("delay max", lambda p: _seconds(p.delay_max)),
         ]
+        if self.named_clients:
+            rows.append(("clients not IP addresses",
+                         lambda p: f"{self.named_clients} ({self.named_lines} lines)"))
         cells = [[label] + [f(p) for p in self.policies] for label, f in rows]
         header = ["", *(p.name for p in self.policies)]
         widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
@@ -516,7 +533,8 @@ class _Slot(Iterator[LogEvent]):
 
 
 def compare(candidates: Sequence[Candidate], events: Iterable[LogEvent], *,
-            client_of: ClientOf | None = None, gap: float = 1.0, bucket: float | None = None,
+            client_of: ClientOf | ClientResolver | None = None, gap: float = 1.0,
+            bucket: float | None = None,
             max_buckets: int = 1000, top: int = 10, top_capacity: int = 1000,
             alpha: float = 0.01, stores: Sequence[Any] | None = None,
             progress: Callable[[int], None] | None = None, every: int = 65536,
@@ -529,6 +547,8 @@ def compare(candidates: Sequence[Candidate], events: Iterable[LogEvent], *,
     top rejected keys to list, from `top_capacity` counters. `stores`: one store per
     candidate (default: a fresh `MemoryStore` each). `progress(n)` is called every `every`
     events. `stats`: the reader's, for the time span (else it is measured here).
+    `client_of`: a `ClientResolver` (its named-client counts go into the `Comparison`) or
+    any function of an event (default: the log's client text).
     """
     if not candidates:
         raise ValueError("nothing to compare: give at least one candidate policy")
@@ -539,7 +559,12 @@ def compare(candidates: Sequence[Candidate], events: Iterable[LogEvent], *,
         raise ValueError(f"gap and bucket must be positive seconds, got {gap!r}, {bucket!r}")
     if stores is not None and len(stores) != len(candidates):
         raise ValueError("give one store per candidate")
-    who = client_of or _log_client
+    named: ClientResolver | None = None
+    who: ClientOf = _log_client
+    if isinstance(client_of, ClientResolver):
+        named, who = client_of, client_of.of
+    elif client_of is not None:
+        who = client_of
     tallies = [_Tally(c, gap=gap, bucket=bucket, max_buckets=max_buckets,
                       top_capacity=top_capacity, alpha=alpha) for c in candidates]
     # The first candidate's replay reads `events` itself (each answer carries its event);
@@ -572,29 +597,76 @@ def compare(candidates: Sequence[Candidate], events: Iterable[LogEvent], *,
         first_t, last_t = stats.first_t, stats.last_t
     # The width the series ended with: the one given, or the one chosen for the log's span.
     width = tallies[0].series.width
-    return Comparison(tuple(t.result(top) for t in tallies), gap, width, n, first_t, last_t)
+    return Comparison(tuple(t.result(top) for t in tallies), gap, width, n, first_t, last_t,
+                      0 if named is None else named.named_clients,
+                      0 if named is None else named.named_lines)
 
 
-def client_resolver(policies: Policies) -> ClientOf:
-    """The client of an event as `policies`' ``[http]`` part resolves it: trusted proxies
-    and ``X-Forwarded-For``, IPv6 grouped by its prefix (``2001:db8:1:2::/64``)."""
-    from ._replay import request_of  # noqa: PLC0415
+class ClientResolver:
+    """`of(ev)`: the client of an event as `policies`' ``[http]`` part resolves it (trusted
+    proxies and ``X-Forwarded-For``, IPv6 grouped by its prefix: ``2001:db8:1:2::/64``), a
+    client the log names by something that is not an address being one of its own
+    (`log_policies`); with no ``[http]`` part, the log's client text.
 
-    if policies.http is None:
-        return _log_client
-    cip = policies.http.client_ip
-    cache: dict[tuple[str, str | None], str] = {}
+    `named_lines` counts the events whose client is such a name, `named_clients` the
+    distinct names (up to `MAX_NAMES`; past it, `named_clients_capped` is set and the count
+    is a lower bound), for the one notice the CLI gives. `of` is a closure, not a method:
+    it runs once per line."""
 
-    def of(ev: LogEvent) -> str:
-        k = (ev.client, ev.headers.get(cip.header))
-        c = cache.get(k)
-        if c is None:
-            if len(cache) > 100_000:
-                cache.clear()
-            c = cache[k] = cip.key_of(cip.resolve(request_of(ev)))[3:]
-        return c
+    #: The most distinct named clients counted (their texts are kept to count them once).
+    MAX_NAMES = 1 << 20
 
-    return of
+    def __init__(self, policies: Policies) -> None:
+        rules = log_policies(policies).http
+        self._seen: set[str] = set()
+        self._named_lines = [0]
+        self.named_clients_capped = False
+        self.of: ClientOf = _log_client if rules is None else self._resolver(rules.client_ip)
+
+    @property
+    def named_clients(self) -> int:
+        return len(self._seen)
+
+    @property
+    def named_lines(self) -> int:
+        return self._named_lines[0]
+
+    def _resolver(self, cip: ClientIP) -> ClientOf:
+        # (client, forwarding header) -> its key: addresses and names apart, so a line with
+        # an address costs the one lookup it did before names were counted
+        ips: dict[tuple[str, str | None], str] = {}
+        names: dict[tuple[str, str | None], str] = {}
+        seen, lines, header = self._seen, self._named_lines, cip.header
+
+        def of(ev: LogEvent) -> str:
+            k = (ev.client, ev.headers.get(header))
+            c = ips.get(k)
+            if c is not None:
+                return c
+            c = names.get(k)
+            if c is None:
+                addr = cip.resolve(request_of(ev))
+                c = cip.key_of(addr)[3:]
+                memo = names if type(addr) is PeerName else ips
+                if len(memo) > 100_000:
+                    memo.clear()
+                memo[k] = c
+                if memo is ips:
+                    return c
+                if c not in seen:
+                    if len(seen) < self.MAX_NAMES:
+                        seen.add(c)
+                    else:
+                        self.named_clients_capped = True
+            lines[0] += 1
+            return c
+
+        return of
+
+
+def client_resolver(policies: Policies) -> ClientResolver:
+    """The `ClientResolver` of `policies`, for `compare`'s `client_of`."""
+    return ClientResolver(policies)
 
 
 def with_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:

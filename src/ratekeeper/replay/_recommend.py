@@ -55,7 +55,7 @@ from ..policy._loader import parse_policies
 from ..policy._model import Policies
 from ._compare import Candidate, Comparison, client_resolver, compare, fixed_width_error
 from ._events import LogEvent
-from ._replay import request_of
+from ._replay import log_policies, request_of
 
 __all__ = [
     "CurvePoint",
@@ -237,7 +237,8 @@ class Survey:
         check_target(target)
         if not window > 0:
             raise ValueError(f"window must be positive seconds, got {window!r}")
-        self.policies = policies
+        # a client the log names by something that is not an address is one of its own
+        self.policies = log_policies(policies)
         self.target = target
         self.window = window
         self.curve_rates = tuple(curve_rates)

@@ -17,11 +17,21 @@ decision is one limit's (`decide_mapped`'s single ``decide_one``) skips the plan
 is that one call, through the store's bound hot path (`MemoryStore.bind_hit`, bound once
 per limit, its clock the event's time) for a whole cost (tests/replay/test_one_limit_path.py
 compares it with the plan on random traces at Unix-time magnitudes).
+
+A log's client need not be an address: Common Log Format written with ``HostnameLookups``
+holds host names (``piweba3y.prodigy.com``), an anonymised log invalid addresses. A live
+TCP peer is always an address, so the live `ClientIP` keys a peer it cannot read as
+``ip:unknown`` (garbage never widens a limit); in a log, each such name is one client, so
+`replay` reads the policies through `log_policies`: the same ``[http]`` part with a
+`LogClientIP`, which keys each name as a client of its own (``client_ip=piweba3y.prodigy.com``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
+import ipaddress
 import operator
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -34,7 +44,7 @@ from ..policy._decide import HTTPDecision, decide_mapped, decide_request, verdic
 from ..policy._engine import Engine
 from ..policy._http import HTTPCheck, HTTPRules
 from ..policy._model import Policies
-from ..policy._request import ClientIP, IPAddress, RequestInfo
+from ..policy._request import ClientIP, IPAddress, RequestInfo, safe_key
 from ..stores._base import HitHooks
 from ..stores.memory import MemoryStore
 from ..testing import ManualClock
@@ -42,8 +52,9 @@ from . import _hot
 from ._events import LogEvent
 from ._formats import JsonFormat
 
-__all__ = ["BOUND_ALGORITHMS", "MAP_CACHE_SIZE", "REQUESTS_FORMAT", "MappingInputs",
-           "Replayed", "mapping_inputs", "replay", "request_of"]
+__all__ = ["BOUND_ALGORITHMS", "MAP_CACHE_SIZE", "REQUESTS_FORMAT", "LogClientIP",
+           "MappingInputs", "PeerName", "Replayed", "log_policies", "mapping_inputs",
+           "replay", "request_of"]
 
 #: The request trace format of ``ratekeeper simulate --policies``: JSON Lines such as
 #: ``{"t": 0.25, "method": "POST", "path": "/login", "client": "203.0.113.7",
@@ -71,6 +82,84 @@ def request_of(ev: LogEvent) -> RequestInfo:
     return RequestInfo(ev.method or "GET", ev.path or "/", headers, ev.client or None)
 
 
+class PeerName(ipaddress.IPv6Address):
+    """A log's client that is not an address (a host name, an anonymised address), as
+    `LogClientIP.resolve` gives it: `name` is the log's text. Its address is a stand-in in
+    the discard-only block ``100::/64`` (RFC 6666, no client's address), one per name (a
+    hash of it), so two names are never equal; an ``exempt_networks`` entry exempts it only
+    if it covers that block."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        low = int.from_bytes(hashlib.blake2b(name.encode("utf-8", "surrogatepass"),
+                                             digest_size=8).digest(), "big")
+        super().__init__((0x100 << 112) | low)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"PeerName({self.name!r})"
+
+
+#: Texts that say "no client" in a log (Apache's and nginx's empty field): still unknown.
+NO_CLIENT = frozenset({"", "-"})
+
+
+class LogClientIP(ClientIP):
+    """`ClientIP` for a log: a peer that is not an address (and not ``-``) is a client of
+    its own, keyed ``ip:<its text>`` (`safe_key`'d: an unprintable or overlong one is
+    hashed), where the live `ClientIP` keys it ``ip:unknown``. Everything else (trusted
+    proxies, the forwarding header, prefixes) is the `ClientIP` it was made from."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, live: ClientIP) -> LogClientIP:
+        """`live`'s settings, in a `LogClientIP` (with a fresh key memo)."""
+        new = cls.__new__(cls)
+        for slot in ClientIP.__slots__:
+            setattr(new, slot, getattr(live, slot))
+        new._keys = {}
+        return new
+
+    def resolve(self, request: RequestInfo) -> IPAddress | None:
+        addr = super().resolve(request)
+        peer = request.peer
+        if addr is None and peer is not None and peer not in NO_CLIENT:
+            return _peer_name(peer)
+        return addr
+
+    def key_of(self, addr: IPAddress | None) -> str:
+        if type(addr) is PeerName:
+            return "ip:" + safe_key(addr.name)
+        return super().key_of(addr)
+
+
+def _peer_name(text: str) -> PeerName:
+    """One `PeerName` per text while it is remembered (a log repeats its clients)."""
+    got = _NAMES.get(text)
+    if got is None:
+        if len(_NAMES) >= _NAMES_SIZE:
+            _NAMES.clear()
+        got = _NAMES[text] = PeerName(text)
+    return got
+
+
+_NAMES: dict[str, PeerName] = {}
+_NAMES_SIZE = 8192
+
+
+def log_policies(policies: Policies) -> Policies:
+    """`policies` as a log is replayed under them: their ``[http]`` part's `ClientIP` a
+    `LogClientIP` (a client named by something other than an address is one of its own).
+    The same object when it already is, or when there is no ``[http]`` part."""
+    rules = policies.http
+    if rules is None or type(rules.client_ip) is not ClientIP:
+        return policies
+    return dataclasses.replace(policies, http=dataclasses.replace(
+        rules, client_ip=LogClientIP.of(rules.client_ip)))
+
+
 #: The most remembered mappings (distinct `MappingInputs` values of requests); the
 #: memo is emptied when full, so memory stays bounded on any log.
 MAP_CACHE_SIZE = 1 << 16
@@ -90,7 +179,7 @@ def mapping_inputs(rules: HTTPRules) -> MappingInputs | None:
     """What `rules.map` reads of a request (besides its peer, always read), when its answer
     depends on nothing else; None when it may (a hook attribute, ``limits_for``, a cost
     function, a subclass): such a request is mapped afresh every time."""
-    if (type(rules) is not HTTPRules or type(rules.client_ip) is not ClientIP
+    if (type(rules) is not HTTPRules or type(rules.client_ip) not in (ClientIP, LogClientIP)
             or rules.limits_for is not None or rules.cost_fn is not None
             or any(r.cost_fn is not None for r in rules.routes)):
         return None
@@ -114,7 +203,9 @@ def replay(policies: Policies, events: Iterable[LogEvent], *, store: Any = None,
     """Decide each of `events` under `policies` (its ``[http]`` part), in order.
 
     `remember=False` maps every request afresh (`decide_request` for each): the reference
-    the remembered mappings are tested against."""
+    the remembered mappings are tested against. A client the log names by something that is
+    not an address is a client of its own (`log_policies`)."""
+    policies = log_policies(policies)
     rules = policies.http
     if rules is None:
         raise ValueError(f"{policies.source}: the policies have no [http] part, so a request "
