@@ -359,6 +359,15 @@ class Limiter(Decorates, _Adapter[AsyncStore, AsyncSleep]):
             if given[option] != default:
                 raise ValueError(f"Limiter: slowapi's {option}={given[option]!r} is not "
                                  f"supported; {instead} (docs/migration.md, slowapi)")
+        for option, rates in (("default_limits", default_limits),
+                              ("application_limits", application_limits)):
+            for rate in rates:
+                if callable(rate):
+                    raise ValueError(
+                        f"Limiter: a callable in {option}= ({rate!r}) is not supported: "
+                        "limits are prepared once, not per request; give the rate strings, "
+                        "or a policies file giving each attribute value its own limits "
+                        "(docs/policies.md)")
         if key_style not in ("url", "endpoint"):
             raise ValueError(f"Limiter: key_style={key_style!r}: slowapi's styles are 'url' "
                              "(a limit counted per path) and 'endpoint' (per endpoint)")
