@@ -6,12 +6,14 @@ with `re` and a per-client token bucket, not with the project's parser."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 PUBLIC = Path(__file__).parent / "data" / "public"
 CLI = [sys.executable, "-m", "ratekeeper"]
@@ -160,3 +162,107 @@ def test_an_unknown_nginx_variable_is_named_by_a_command_line_flag(tmp_path: Pat
     request = re.compile(r'\S+ - \S+ \[[^\]]+\] "[A-Z]+ \S+ HTTP/')
     want = sum(1 for line in log.read_text().splitlines() if request.match(line))
     assert table_row(r.stdout, "requests").split()[-1] == str(want)
+
+
+def _nice_ceil(x: float) -> float:
+    """`x` rounded up to two significant digits (0.2167 -> 0.22)."""
+    step = 10.0 ** (math.floor(math.log10(x)) - 1)
+    return round(math.ceil(x / step - 1e-9) * step, 12)
+
+
+def _nearest_rank(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[max(1, math.ceil(q * len(xs) - 1e-9)) - 1]
+
+
+def requests_of(path: Path) -> list[tuple[float, str, int]]:
+    """(time, client, status) of each line, in true time order."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        m = _LINE.match(line)
+        assert m is not None, line
+        status = int(line.rsplit(" ", 2)[1])
+        out.append((datetime.strptime(m[2], "%d/%b/%Y:%H:%M:%S %z").timestamp(), m[1],
+                    status))
+    out.sort(key=lambda r: r[0])
+    return out
+
+
+def least_burst(times: list[float], rate: float) -> int:
+    """The smallest whole capacity of a token bucket at `rate` that admits all of `times`."""
+    burst = 1
+    while True:
+        have, last = float(burst), times[0]
+        for t in times:
+            have = min(float(burst), have + (t - last) * rate)
+            last = t
+            if have < 1 - 1e-9:
+                break
+            have -= 1
+        else:
+            return burst
+        burst += 1
+
+
+def recommended(path: Path, target: float = 0.99, window: float = 60.0
+                ) -> tuple[float, int, list[str]]:
+    """`recommend`'s stated rule, counted here: abusive clients (>= 10 requests, >= 50 % of
+    them 4xx but 429) left out; the rate the `target` quantile of the clients' busiest
+    aligned `window` divided by it, rounded up to two digits; the burst the `target`
+    quantile of each client's least burst at that rate. -> (rate, burst, abusive)."""
+    reqs = requests_of(path)
+    by: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for t, c, s in reqs:
+        by[c].append((t, s))
+    abusive = sorted(c for c, rs in by.items() if len(rs) >= 10 and 2 * sum(
+        1 for _, s in rs if 400 <= s < 500 and s != 429) >= len(rs))
+    counted = {c: [t for t, _ in rs] for c, rs in by.items() if c not in abusive}
+    span = reqs[-1][0] - reqs[0][0]
+    w = max(min(window, span), 1.0)
+    peaks = [max(defaultdict(int, {k: sum(1 for t in ts if math.floor(t / window) == k)
+                                   for k in {math.floor(t / window) for t in ts}}).values())
+             / w for ts in counted.values()]
+    rate = _nice_ceil(_nearest_rank(peaks, target))
+    burst = int(_nearest_rank([least_burst(ts, rate) for ts in counted.values()], target))
+    return rate, burst, abusive
+
+
+def recommend(tmp_path: Path, log: Path) -> dict[str, Any]:
+    out = tmp_path / "rec.json"
+    r = subprocess.run([*CLI, "recommend", "--log", str(log), "--json", str(out)],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
+
+
+def test_nasa_trace_host_names_are_clients_of_their_own(tmp_path: Path) -> None:
+    """The 1995 NASA-HTTP trace (Common Log Format, ``HostnameLookups``: most clients are
+    host names): each host is its own client, so the rejections are the bucket's own, and
+    the run says once how many clients were names."""
+    log = PUBLIC / "nasa-http-aug95.log"
+    want = bucket_rejections(log, 0.5, 5)
+    clients = {line.split(" ", 1)[0] for line in log.read_text().splitlines()}
+    names = {c for c in clients if not re.fullmatch(r"\d+\.\d+\.\d+\.\d+", c)}
+    named_lines = sum(1 for line in log.read_text().splitlines()
+                      if line.split(" ", 1)[0] in names)
+    r = replay(tmp_path, log)
+    assert r.returncode == 0, r.stderr
+    assert table_row(r.stdout, "rejected").split()[-1] == str(sum(want.values()))
+    assert table_row(r.stdout, "clients affected").split()[-2] == f"{len(want)}/{len(clients)}"
+    top = table_row(r.stdout, "top rejected")
+    for client, n in want.items():
+        assert f"client_ip={client} {n}" in top, top
+    note = f"{len(names)} clients ({named_lines} lines) are not IP addresses"
+    assert r.stderr.count(note) == 1, r.stderr
+    assert len(names) > len(clients) / 2 and sum(want.values()) > 0
+
+
+def test_nasa_trace_recommendation_is_the_stated_rule_counted_here(tmp_path: Path) -> None:
+    log = PUBLIC / "nasa-http-aug95.log"
+    rate, burst, abusive = recommended(log)
+    (lim,) = recommend(tmp_path, log)["limits"]
+    assert (lim["rate"], lim["burst"]) == (rate, burst)
+    assert sorted(a["key"] for a in lim["abusive"]) == [f"client_ip={c}" for c in abusive]
+    assert lim["keys"] == len({line.split(" ", 1)[0] for line in log.read_text().splitlines()
+                               } - set(abusive))
