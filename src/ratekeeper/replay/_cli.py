@@ -26,10 +26,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from .._errors import RateKeeperError
+from .._errors import ConfigError, RateKeeperError
 from ..policy import PolicyError, load_policies, parse_policies
 from ._compare import Candidate, Comparison, client_resolver, compare, with_overrides
 from ._events import LogEvent, ReadStats
+from ._formats import JsonFormat
 from ._logs import LogReader, detect_format, measure_disorder, read_log, sample_of
 from ._recommend import ABUSIVE_SHARE, Recommendation, check_target, recommend
 from ._report import PlotExtraMissing, report_html, require_plot, write_pngs, write_svgs
@@ -114,10 +115,42 @@ def _reader(args: argparse.Namespace, source: Any) -> LogReader:
 STREAM_WINDOW = 2.0
 
 
+#: What ``--field NAME=KEY`` may name: `JsonFormat`'s parameters.
+JSON_FIELDS = ("time", "client", "method", "path", "request", "status", "bytes",
+               "user_agent", "referer", "host", "headers")
+
+
+def json_format_of(fields: list[str]) -> JsonFormat:
+    """``--field time=ts --field client=remote ...`` -> the `JsonFormat` reading those names
+    (a name given twice: each key tried in order; the others keep their defaults)."""
+    names: dict[str, list[str]] = {}
+    for f in fields:
+        name, sep, key = f.partition("=")
+        name, key = name.strip(), key.strip()
+        if not sep or not key or name not in JSON_FIELDS:
+            raise ConfigError(f"--field {f!r}: write NAME=KEY (the log's key for it, dotted "
+                              f"for a nested one: client=request.remote_ip), NAME one of "
+                              f"{', '.join(JSON_FIELDS)}")
+        names.setdefault(name, []).append(key)
+    if len(names.get("headers", ())) > 1:
+        raise ConfigError(f"--field headers= names one object of headers, got "
+                          f"{names['headers']}")
+    kwargs: dict[str, Any] = {k: tuple(v) for k, v in names.items() if k != "headers"}
+    if "headers" in names:
+        kwargs["headers"] = names["headers"][0]
+    return JsonFormat(**kwargs)
+
+
 def _settle_log(args: argparse.Namespace, source: str) -> None:
-    """Before the read: ``--format auto`` becomes the format the first lines are in, and an
-    unset ``--order-window`` the disorder a first pass over the file measures (a stream
-    keeps `STREAM_WINDOW`). Raises what opening the log raises."""
+    """Before the read: ``--field`` makes the format JSON Lines with those names, ``--format
+    auto`` becomes the format the first lines are in, and an unset ``--order-window`` the
+    disorder a first pass over the file measures (a stream keeps `STREAM_WINDOW`). Raises
+    what opening the log raises."""
+    if args.field and not isinstance(args.format, JsonFormat):
+        if args.format not in ("auto", "jsonl", "json"):
+            raise ConfigError(f"--field names the keys of a JSON Lines log, and --format "
+                              f"{args.format!r} is not jsonl: drop one of them")
+        args.format = json_format_of(args.field)
     if args.format == "auto":
         if source != "-":
             args.format = detect_format(sample_of(source))
@@ -165,6 +198,11 @@ def _add_log(p: argparse.ArgumentParser) -> None:
     p.add_argument("--order-window", dest="window_order", type=float, default=None,
                    metavar="S", help="seconds a line may be out of order (default: a file is "
                    f"read once first to measure it; stdin: {STREAM_WINDOW:g})")
+    p.add_argument("--field", action="append", default=[], metavar="NAME=KEY",
+                   help="a JSON Lines log's key for NAME (time, client, method, path, "
+                   "request, status, bytes, user_agent, referer, host, headers), e.g. "
+                   "--field time=ts --field client=request.remote_ip; the log is then read "
+                   "as jsonl")
     p.add_argument("--variable", action="append", default=[], metavar="NAME",
                    help="a variable your nginx configuration defines (map, set) that the "
                    "--format log_format uses; repeat for each")

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from .._errors import ConfigError
 from ._events import LogEvent
-from ._time import TimeCache, epoch_seconds
+from ._time import StrftimeTime, TimeCache, epoch_seconds
 
 __all__ = [
     "COMBINED",
@@ -197,14 +197,27 @@ _APACHE = {"h": "$remote_addr", "a": "$remote_addr", "l": "$remote_ident", "u": 
            "U": "$uri", "q": "$is_query", "H": "$server_protocol", "v": "$server_name",
            "V": "$server_name", "p": "$server_port", "P": "$pid", "%": "%"}
 _APACHE_OWN = ("remote_ident", "request_time_us", "is_query")
+#: Directives replay does not use but reads as fields of their own (``fields["apache_A"]``,
+#: ``fields["apache_e_unique_id"]``), so a format that logs them can be named as it is:
+#: plain ones (local address, bytes received, handler, connection status, keepalives, log
+#: id, file, bytes transferred) and the ``%{NAME}`` forms of environment variables, notes,
+#: SSL variables, cookies, ports and process ids.
+_APACHE_OPAQUE = "AIRXkLfS"
+_APACHE_OPAQUE_NAMED = "enxCpP"
 _APACHE_DIRECTIVE = re.compile(r"%[<>]?(?:\{([^}]*)\})?([a-zA-Z%])")
 
 
 def apache_format(spec: str) -> LogFormat:
     """An Apache ``LogFormat`` string (``%h %l %u %t "%r" %>s %b``, ``%{Referer}i``) -> the
-    `LogFormat` that reads its lines. A directive without an equivalent raises
+    `LogFormat` that reads its lines. A time may be ``%t``, ``%{sec}t`` or a strftime
+    format, ``%{%Y-%m-%d %H:%M:%S}t``, with its fraction ``.%{usec_frac}t`` (or
+    ``msec_frac``) right after it (the netnea tutorial's ``[%{%Y-%m-%d %H:%M:%S}t.%{usec_frac}t]``;
+    ``begin:``/``end:`` are read as the same time). A directive without an equivalent raises
     `ConfigError` naming it (and the nginx ``log_format`` way around it)."""
-    out, pos = [], 0
+    out: list[str] = []
+    opaque: list[str] = []
+    pos = 0
+    strftime: str | None = None
     for m in _APACHE_DIRECTIVE.finditer(spec):
         out.append(spec[pos:m.start()])
         arg, letter = m[1], m[2]
@@ -212,18 +225,55 @@ def apache_format(spec: str) -> LogFormat:
         if arg is not None and letter in "io":
             name = arg.strip().lower().replace("-", "_")
             out.append(f"$http_{name}" if letter == "i" else f"$sent_http_{name}")
+        elif arg is not None and letter == "t":
+            strftime = _apache_time(spec, m, arg.removeprefix("begin:").removeprefix("end:"),
+                                    out, strftime)
         elif arg is None and (body in _APACHE or letter in _APACHE):
             out.append(_APACHE.get(body, _APACHE[letter]))
+        elif (arg is None and letter in _APACHE_OPAQUE) or (
+                arg and letter in _APACHE_OPAQUE_NAMED):
+            own = f"apache_{letter}" + ("" if arg is None else
+                                        "_" + re.sub(r"\W", "_", arg.strip()).lower())
+            opaque.append(own)
+            out.append(f"${{{own}}}")
         else:
             raise ConfigError(
                 f"Apache LogFormat directive {m[0]!r} in {spec!r} (at column {m.start() + 1}) "
                 "is not one replay reads; the directives it reads are %h %a %l %u %t %r %s "
-                "%>s %b %B %O %D %T %m %U %q %H %v %V %p %P and %{Header}i/%{Header}o; or "
-                "give the format as an nginx log_format string ($remote_addr ...)")
+                "%>s %b %B %O %D %T %m %U %q %H %v %V %p %P, %{Header}i/%{Header}o, "
+                f"{' '.join('%' + c for c in _APACHE_OPAQUE)} and %{{NAME}}e/n/x/C/p/P as "
+                "fields, and times %{sec}t, %{strftime format}t with .%{usec_frac}t or "
+                ".%{msec_frac}t; or give the format as an nginx log_format string "
+                "($remote_addr ...)")
         pos = m.end()
     out.append(spec[pos:])
     return LogFormat("".join(out), name=f"Apache LogFormat {spec!r}",
-                     extra_variables=_APACHE_OWN)
+                     extra_variables=(*_APACHE_OWN, *opaque), strftime=strftime)
+
+
+def _apache_time(spec: str, m: re.Match[str], arg: str, out: list[str],
+                 strftime: str | None) -> str | None:
+    """One ``%{...}t`` of `spec`: its variable appended to `out` -> the strftime format of
+    the line's time so far (a fraction is appended to the time just before it)."""
+    if arg == "sec":
+        out.append("$msec")
+        return strftime
+    if arg in ("usec_frac", "msec_frac"):
+        if strftime is None or out[-1:] != ["."] or out[-2:-1] != ["$time_strftime"]:
+            raise ConfigError(f"Apache LogFormat {spec!r}: {m[0]!r} (at column "
+                              f"{m.start() + 1}) is read as the fraction of the time right "
+                              "before it, as in %{%Y-%m-%d %H:%M:%S}t.%{usec_frac}t")
+        out.pop()  # the "." goes into the time's own format
+        return strftime + ".%f"
+    if "%" not in arg:
+        raise ConfigError(f"Apache LogFormat directive {m[0]!r} in {spec!r} (at column "
+                          f"{m.start() + 1}): replay reads the times %t, %{{sec}}t and "
+                          "%{strftime format}t (with .%{usec_frac}t or .%{msec_frac}t)")
+    if strftime is not None and strftime != arg:
+        raise ConfigError(f"Apache LogFormat {spec!r} writes two different times "
+                          f"({strftime!r} and {arg!r}): replay reads one")
+    out.append("$time_strftime")
+    return arg
 
 
 def _header_name(var: str) -> str:
@@ -254,15 +304,23 @@ class LogFormat:
 
     __slots__ = ("_bytes", "_client", "_fast", "_headers", "_host", "_lean", "_lean_fast",
                  "_lean_headers", "_lean_index", "_lean_quoted", "_match", "_method", "_path",
-                 "_quoted", "_request", "_status", "_time", "_time_kind", "_times", "name",
-                 "regex", "spec", "variables")
+                 "_quoted", "_request", "_status", "_strftime", "_time", "_time_kind",
+                 "_times", "name", "regex", "spec", "variables")
 
     def __init__(self, spec: str, *, name: str = "log_format",
-                 extra_variables: Iterable[str] = (), trailing: bool = False) -> None:
+                 extra_variables: Iterable[str] = (), trailing: bool = False,
+                 strftime: str | None = None) -> None:
         if not isinstance(spec, str) or "$" not in spec:
             raise ConfigError(f"log_format {spec!r} has no $variables: give the format as in "
                               "nginx.conf, e.g. '$remote_addr [$time_local] \"$request\"'")
         extra = frozenset(v.lstrip("$") for v in extra_variables)
+        # `strftime`: the format of ``$time_strftime``, an Apache ``%{...}t`` time
+        try:
+            self._strftime = None if strftime is None else StrftimeTime(strftime)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if self._strftime is not None:
+            extra |= {"time_strftime"}
         self.spec, self.name = spec, name
         parts: list[str] = []
         names: list[str] = []
@@ -282,6 +340,8 @@ class LogFormat:
                 pat = _QUOTED
             elif before == "[" and after == "]":
                 pat = _BRACKETED  # the time is checked when it is parsed
+            elif var == "time_strftime" and self._strftime is not None:
+                pat = self._strftime.pattern
             elif var in _TYPED:
                 pat = _TYPED[var]
             else:
@@ -305,10 +365,14 @@ class LogFormat:
         have = set(names)
         self._time_kind, self._time = next(
             ((k, v) for k, v in (("msec", "msec"), ("iso", "time_iso8601"),
-                                 ("clf", "time_local")) if v in have), ("", ""))
+                                 ("strftime", "time_strftime"), ("clf", "time_local"))
+             if v in have), ("", ""))
         if not self._time:
             raise ConfigError(f"log_format {spec!r} has no time: replay decides on the log's "
                               "clock, so it needs $time_local, $time_iso8601 or $msec")
+        if self._time == "time_strftime" and self._strftime is None:
+            raise ConfigError(f"log_format {spec!r}: $time_strftime needs its format "
+                              "(strftime='%Y-%m-%d %H:%M:%S')")
 
         def first(*cands: str) -> str | None:
             return next((c for c in cands if c in have), None)
@@ -384,6 +448,8 @@ class LogFormat:
                 t = self._times.clf(ts)
             elif kind == "msec":
                 t = float(ts)
+            elif kind == "strftime":
+                t = self._strftime(ts)  # type: ignore[misc]
             else:
                 t = self._times.iso(ts)
         except ValueError as e:

@@ -29,7 +29,9 @@ COMPILED = _compiled()
 
 
 def parser_of(fmt: LineFormat) -> Callable[[str, int], LogEvent | None]:
-    """`fmt.parse`, compiled where there is a twin (a `LogFormat`, exactly)."""
-    if COMPILED is not None and type(fmt) is LogFormat:
+    """`fmt.parse`, compiled where there is a twin (a `LogFormat`, exactly, whose time is
+    not an Apache strftime time: the twin reads ``$time_local``, ``$msec`` and
+    ``$time_iso8601``)."""
+    if COMPILED is not None and type(fmt) is LogFormat and fmt._time_kind != "strftime":
         return COMPILED.Parser(fmt).parse  # type: ignore[no-any-return]
     return fmt.parse

@@ -8,7 +8,7 @@ import math
 import re
 from datetime import datetime, timedelta, timezone
 
-__all__ = ["TimeCache", "epoch_seconds"]
+__all__ = ["StrftimeTime", "TimeCache", "epoch_seconds"]
 
 _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
@@ -92,6 +92,79 @@ class TimeCache:
         if s[:1].isdigit() and s[2:3] != "/" and s[1:2] != "/":
             return epoch_seconds(float(s))
         return self.clf(s)
+
+
+#: What each strftime directive of an Apache ``%{format}t`` time matches (``%f``: the
+#: fraction ``.%{usec_frac}t`` or ``.%{msec_frac}t`` writes after it).
+_STRFTIME = {"Y": r"\d{4}", "y": r"\d{2}", "m": r"\d{2}", "d": r"\d{2}", "e": r" ?\d{1,2}",
+             "H": r"\d{2}", "M": r"\d{2}", "S": r"\d{2}", "b": r"[A-Za-z]{3}",
+             "h": r"[A-Za-z]{3}", "z": r"[+-]\d{4}", "f": r"\d{1,9}"}
+_STRFTIME_DIRECTIVE = re.compile(r"%(.?)")
+
+
+class StrftimeTime:
+    """A time written by a strftime `format` (Apache's ``%{%Y-%m-%d %H:%M:%S}t``; ``%f``
+    for the fraction its ``%{usec_frac}t`` adds) -> Unix seconds, exactly (no `strptime`:
+    a regex and the calendar). Directives: ``%Y %y %m %b %h %d %e %H %M %S %z %f %%``; a
+    time with no ``%z`` is taken as UTC, as `TimeCache` does. An unknown directive, or a
+    format without a year, month, day, hour, minute and second, raises `ValueError`
+    naming it."""
+
+    __slots__ = ("_match", "format", "pattern")
+
+    def __init__(self, format: str) -> None:
+        parts, pos, seen = [], 0, set()
+        for m in _STRFTIME_DIRECTIVE.finditer(format):
+            parts.append(re.escape(format[pos:m.start()]))
+            d = m[1]
+            if d == "%":
+                parts.append("%")
+            elif d not in _STRFTIME:
+                raise ValueError(f"strftime directive {m[0]!r} in {format!r} is not one replay "
+                                 "reads: use %Y %y %m %b %d %e %H %M %S %z (and "
+                                 "%{usec_frac}t or %{msec_frac}t for the fraction)")
+            else:
+                key = {"y": "Y", "e": "d", "h": "b"}.get(d, d)
+                if key in seen:
+                    raise ValueError(f"{format!r} writes %{d} twice")
+                seen.add(key)
+                parts.append(f"(?P<{key}>{_STRFTIME[d]})")
+            pos = m.end()
+        parts.append(re.escape(format[pos:]))
+        missing = [f"%{k}" for k in ("Y", "m", "d", "H", "M", "S")
+                   if k not in seen and not (k == "m" and "b" in seen)]
+        if missing:
+            raise ValueError(f"the time format {format!r} has no {' '.join(missing)}: "
+                             "replay needs the date and the time of day to the second")
+        self.format = format
+        rx = "".join(parts)
+        self._match = re.compile(rx).fullmatch
+        #: What the time matches, without groups (to be part of a line's regex).
+        self.pattern = re.sub(r"\(\?P<\w+>", "(?:", rx)
+
+    def __repr__(self) -> str:
+        return f"StrftimeTime({self.format!r})"
+
+    def __call__(self, s: str) -> float:
+        m = self._match(s)
+        if m is None:
+            raise ValueError(f"not a time in the format {self.format!r}: {s!r}")
+        g = m.groupdict()
+        y = int(g["Y"])
+        if len(g["Y"]) == 2:
+            y += 2000 if y < 69 else 1900  # strftime's %y: 69-99 are the 1900s
+        mon = _MONTHS.get(g["b"].title()) if g.get("b") else int(g["m"])
+        if mon is None:
+            raise ValueError(f"unknown month {g['b']!r} in {s!r}")
+        z = g.get("z")
+        try:
+            t = _seconds(y, mon, int(g["d"]), int(g["H"]), int(g["M"]), int(g["S"]),
+                         None if z is None else z[0], None if z is None else z[1:3],
+                         None if z is None else z[3:5])
+        except ValueError as e:
+            raise ValueError(f"{e} in {s!r}") from None
+        f = g.get("f")
+        return t if f is None else t + int(f) / 10 ** len(f)
 
 
 def epoch_seconds(v: float, unit: str = "auto") -> float:
