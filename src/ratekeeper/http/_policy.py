@@ -62,6 +62,7 @@ from ..policy._http import (
     HTTPRules,
     PathPattern,
     compile_path,
+    request_cost,
 )
 from ..policy._loader import load_policies
 from ..policy._model import (
@@ -379,7 +380,10 @@ class RouteLimit:
     - `mode`: ``"add"`` (the default): the policy's limits still apply, these add to them;
       ``"replace"``: only these apply to the endpoint;
     - `cost`: units per request, or a function of the `RequestInfo` (None: the policy's);
-    - `exempt`: the endpoint is not limited at all (flask-limiter's ``exempt``).
+    - `exempt`: the endpoint is not limited at all (flask-limiter's ``exempt``);
+    - `refundable`: the `Outcome` of an admitted request keeps its `Ticket`, so that these
+      limits' charge can be given back once the response is known (flask-limiter's
+      ``deduct_when``).
     """
 
     limits: tuple[Limit, ...]
@@ -388,6 +392,7 @@ class RouteLimit:
     mode: Literal["add", "replace"] = "add"
     cost: Cost | None = None
     exempt: bool = False
+    refundable: bool = False
     checker: Limits | None = field(init=False, repr=False, default=None)
     _rules: dict[str, Rule] = field(init=False, repr=False, default_factory=dict)
     _extra: list[Extra] = field(init=False, repr=False, default_factory=list)
@@ -449,6 +454,7 @@ class Outcome:
     - ``action == "pass"``: wait `delay` seconds (if > 0), call the app, add `headers`.
     - ``action == "reject"``: send `status`, `headers` and `body` without calling the app;
       with `refund`, first cancel the reservation (its delay exceeded `max_delay`).
+    - `ticket`: what an admitted request was charged, when a `RouteLimit` is `refundable`.
     """
 
     action: Literal["pass", "reject"]
@@ -458,6 +464,7 @@ class Outcome:
     status: int = 200
     body: bytes = b""
     refund: bool = False
+    ticket: Ticket | None = None
 
 
 class _Engine:
@@ -524,13 +531,15 @@ class _Engine:
         """Plan: `req`'s `Outcome` (None: not limited), its queueing delay already slept
         and a reservation rejected for waiting too long already refunded. `route`: the
         endpoint's decorator limits, decided with the policy's."""
-        plan = self.plan(req, _route_limits(route))
+        extras = _route_limits(route)
+        plan = self.plan(req, extras)
         if plan is None:
             return None
         checks = [*(self.limits[plan.index].checks(plan.key, plan.cost)
-                    if plan.index >= 0 else ()), *plan.extra]
+                    if plan.index >= 0 and plan.cost > 0 else ()), *plan.extra]
         ticket: Ticket | None = None
-        if plan.reserve:  # a delay past max_delay gives the charge back: keep its ticket
+        keep = any(e.refundable for e in extras)  # the adapter may give a charge back
+        if plan.reserve or keep:  # a delay past max_delay gives the charge back: keep its ticket
             decisions, ticket = yield from core.decide(self.store, checks, self.clock(),
                                                        self.failure)
             d = merge_decisions(decisions)
@@ -545,6 +554,9 @@ class _Engine:
                     log.warning("could not refund a rejected reservation: %s", e)
         elif out.delay > 0:
             yield Op(self.sleep, "sleep", (out.delay,))
+        if keep and ticket is not None and out.action == "pass":
+            out = Outcome(out.action, out.decision, out.headers, out.delay, out.status,
+                          out.body, out.refund, ticket)
         return out
 
     # -- 1. plan ------------------------------------------------------------------------
@@ -588,7 +600,7 @@ class _Engine:
             self.stats["exempt"] += 1
             return None
         cost_of = route.cost if route is not None and route.cost is not None else p.cost
-        cost = float(cost_of(req) if callable(cost_of) else cost_of)
+        cost = request_cost(cost_of, req) if callable(cost_of) else float(cost_of)
         dry = p.dry_run if route is None or route.dry_run is None else route.dry_run
         limits = self.limit_sets[index] if index >= 0 else ()
         checks: tuple[Check, ...] = ()
@@ -602,10 +614,14 @@ class _Engine:
                 ekey = p.client_ip.key_of(ip)
             else:
                 ekey = key
-            ecost = cost if extra.cost is None else float(
-                extra.cost(req) if callable(extra.cost) else extra.cost)
+            ecost = cost if extra.cost is None else request_cost(extra.cost, req) \
+                if callable(extra.cost) else float(extra.cost)
+            if ecost == 0:  # its cost function charged nothing
+                continue
             checks = (*checks, *extra.checker.checks(ekey, ecost))
             limits = (*limits, *extra.limits)
+        if not checks and (index < 0 or cost == 0):  # cost functions charged nothing
+            return None
         queues = any(lim.algorithm == "leaky-bucket" and not lim.nodelay for lim in limits)
         reserve = queues and p.max_delay is not None and not dry
         return Plan(index, key, cost, dry, reserve, req, limits, checks)

@@ -106,7 +106,8 @@ def decide_mapped(engine: Engine, snap: Policies, check: HTTPCheck, now: float
         else:
             d = yield from core.hit(engine.store, checks, now, engine.failure, policy=policy)
     else:
-        result = yield from engine.plan(snap, check.domain, check.descriptors, check.cost)
+        result = yield from engine.plan(snap, check.domain, check.descriptors, check.cost,
+                                        from_app=True)
         if result.decision is None:  # every descriptor unmatched or unlimited
             return None
         d, limits, failure, ticket = (result.decision, result.policies, result.failure,

@@ -409,8 +409,13 @@ class Engine:
                                      degraded=False, ticket=ticket)
 
     def plan(self, snap: Policies, domain: str, descriptors: Sequence[DescriptorRequest],
-             hits: float = 1.0) -> core.Plan[CheckResult]:
-        """Plan: decide one request on the snapshot `snap`; either driver runs it."""
+             hits: float = 1.0, *, from_app: bool = False) -> core.Plan[CheckResult]:
+        """Plan: decide one request on the snapshot `snap`; either driver runs it.
+
+        `from_app`: the cost is the application's (an HTTP request's: the file's rules, held
+        to ``max_cost`` when loaded, or the app's cost function), not a remote caller's, so
+        ``max_cost`` does not bound it and a fraction is rounded up for a limit that counts
+        whole requests (narrower, never wider), instead of refusing the request."""
         if not descriptors:
             # As envoyproxy/ratelimit ("rate limit descriptor list must not be empty").
             raise InvalidRequest("a check needs at least one descriptor")
@@ -476,7 +481,7 @@ class Engine:
                     continue
                 base = hits if d.hits is None else d.hits
                 cost = base * rule.cost
-                if not cost <= settings.max_cost:
+                if not cost <= settings.max_cost and not from_app:
                     raise InvalidRequest(
                         f"descriptor {i}: cost {cost:g} (hits {base:g} x rule cost {rule.cost:g}) "
                         f"is above the service's max_cost of {settings.max_cost:g}")
@@ -492,8 +497,10 @@ class Engine:
                         try:
                             c = lim.check_cost(cost)
                         except InvalidCost as e:
-                            raise InvalidRequest(f"descriptor {i}: {e} (limit {lim.name!r})"
-                                                 ) from None
+                            if not from_app:
+                                raise InvalidRequest(f"descriptor {i}: {e} (limit "
+                                                     f"{lim.name!r})") from None
+                            c = lim.check_cost(math.ceil(cost))
                     ck = counter_keys.get(pl.by)
                     if ck is None:
                         ck = counter_keys[pl.by] = counter_key(d.entries, pl.by)

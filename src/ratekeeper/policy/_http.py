@@ -54,6 +54,7 @@ __all__ = [
     "LimitsHook",
     "PathPattern",
     "compile_path",
+    "request_cost",
 ]
 
 log = logging.getLogger("ratekeeper.policy")
@@ -164,6 +165,30 @@ class _HookCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+#: The charge of a request whose cost function answered infinity, NaN or more than a store
+#: counts: a whole number no limit's capacity reaches in practice, so the request is refused
+#: as one that can never fit (``retry_after`` None), never admitted.
+NEVER_FITS = float(2**62)
+
+
+def request_cost(cost_fn: Callable[[RequestInfo], float], req: RequestInfo) -> float:
+    """What a cost function's answer charges one request. A function often reads the cost
+    from the request itself (slowapi's own example takes a header), so its answer is the
+    client's to choose and must never be an error: 0 or less charges nothing (the request
+    is not limited, as slowapi's ``cost=0``; a negative cost is no refund here), infinity,
+    NaN or more than a store counts never fits (a 429 without Retry-After). An answer
+    that is not a number is the function's bug: a TypeError naming it."""
+    value = cost_fn(req)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"the cost function {getattr(cost_fn, '__qualname__', cost_fn)!r} "
+                        f"returned {value!r}; it must return a number (the request's cost)")
+    if value <= 0:
+        return 0.0
+    if not value <= NEVER_FITS:  # (`not <=`: NaN too)
+        return NEVER_FITS
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -395,7 +420,7 @@ class HTTPRoute:
 
     def cost_of(self, req: RequestInfo, default: float) -> float:
         if self.cost_fn is not None:
-            return float(self.cost_fn(req))
+            return request_cost(self.cost_fn, req)
         c = self.method_costs.get(req.method)
         if c is not None:
             return c
@@ -562,16 +587,18 @@ class HTTPRules:
         extra_cost = None if not extras else \
             next((e.cost for e in extras if e.cost is not None), None)
         if extra_cost is not None:
-            cost = float(extra_cost(req)) if callable(extra_cost) else extra_cost
+            cost = request_cost(extra_cost, req) if callable(extra_cost) else extra_cost
             dry, max_delay = self.dry_run, self.max_delay
         elif route is None:
-            cost = self.cost if self.cost_fn is None else float(self.cost_fn(req))
+            cost = self.cost if self.cost_fn is None else request_cost(self.cost_fn, req)
             dry, max_delay = self.dry_run, self.max_delay
         else:
             cost = route.cost_of(req, self.cost if self.cost_fn is None
-                                 else float(self.cost_fn(req)))
+                                 else request_cost(self.cost_fn, req))
             dry = self.dry_run if route.dry_run is None else route.dry_run
             max_delay = self.max_delay if route.max_delay is None else route.max_delay
+        if cost == 0:  # a cost function charged nothing: not limited
+            return None
         return HTTPCheck(self.domain, tuple(out), cost, dry, max_delay, route_name, req)
 
     def _value(self, name: str, req: RequestInfo, route: str, values: dict[str, str | None],
