@@ -158,7 +158,6 @@ _GO_REFUSED: dict[str, tuple[str, str]] = {
                                                           "charged here anyway"),
     "TRACING_ENABLED": ("false", "no OpenTelemetry tracing"),
     "USE_DOG_STATSD": ("false", "no DogStatsD"),
-    "PROMETHEUS_ADDR": (":9090", "Prometheus metrics are served at /metrics on the HTTP port"),
     "GRPC_SERVER_USE_TLS": ("false", "pass --grpc-tls-cert and --grpc-tls-key"),
     "FORCE_START_WITHOUT_INITIAL_CONFIG": ("false", "the service does not start without "
                                                     "valid policies"),
@@ -337,6 +336,7 @@ def add_serve(p: argparse.ArgumentParser) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     try:
         from ..policy._model import PolicyError  # noqa: PLC0415
+        from ._gostats import options_from_env  # noqa: PLC0415
         from ._grpc import LimitHeaders  # noqa: PLC0415
         from ._grpc_ops import TlsConfigError  # noqa: PLC0415
         from ._logging import setup_logging  # noqa: PLC0415
@@ -361,6 +361,7 @@ def run_serve(args: argparse.Namespace) -> int:
         failure = _failure_choice(args, os.environ)
         health_checks_store = args.health_checks_store or _go_bool(
             os.environ, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
+        go_stats = options_from_env(os.environ, args.host)
     except ValueError as e:
         print(f"ratekeeper serve: {e}", file=sys.stderr)
         return 2
@@ -387,6 +388,7 @@ def run_serve(args: argparse.Namespace) -> int:
         http_unix=args.http_unix, grpc_unix=args.grpc_unix, reuse_port=args.reuse_port,
         health_checks_store=health_checks_store, shadow_mode=go.shadow_mode,
         merge_domains=go.merge_domains, freeze_heap=True, failure=failure,  # type: ignore[arg-type]
+        go_stats=go_stats,
     )
     try:
         return int(run(serve(options)))

@@ -43,6 +43,7 @@ from ..stores._base import AsyncStore
 from ..stores._url import open_store as open_any_store
 from ..stores._urlforms import redact
 from ..stores.memory import MemoryStore
+from ._gostats import GoNamedStats, GoStats, GoStatsEngine, GoStatsOptions, start_prometheus
 from ._grpc import LimitHeaders, grpc_address, start_grpc_server
 from ._grpc_ops import SERVING, Health, TlsConfigError, server_credentials
 from ._http import JSON_CODEC, create_app
@@ -117,6 +118,9 @@ class ServeOptions:
     shadow_mode: bool = False
     #: envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: a domain in several YAML files is joined.
     merge_domains: bool = False
+    #: envoyproxy/ratelimit's stats under its names, as StatsD lines and/or a Prometheus
+    #: page (`GoStatsOptions`; None: none). USE_STATSD, USE_PROMETHEUS and their settings.
+    go_stats: GoStatsOptions | None = None
 
 
 def open_store(url: str | None, *, prefix: str = "rk:", max_keys: int = 1_000_000,
@@ -297,7 +301,8 @@ async def serve(options: ServeOptions, *,
     `on_ready` receives the ``listening`` record (bound ports included) once both
     listeners accept connections.
     """
-    stats = PrometheusStats()
+    go_stats = None if options.go_stats is None else GoStats(options.go_stats)
+    stats = PrometheusStats() if go_stats is None else GoNamedStats(go_stats)
     holder = PolicyHolder(options.config, stats=stats, loader=_loader(
         options.failure, shadow_mode=options.shadow_mode, merge_domains=options.merge_domains))
     store, store_name = open_store(options.store, prefix=options.key_prefix,
@@ -310,6 +315,9 @@ async def serve(options: ServeOptions, *,
                       store_name=store_name, clock=clock,
                       store_failure="error" if options.failure == "error" else "decide",
                       health_checks_store=options.health_checks_store)
+    if go_stats is not None:  # the same engine, each answered check also counted
+        service.engine = GoStatsEngine(holder, store, clock=clock, stats=stats)
+        service.engine.go_stats = go_stats
     await _check_store(service, options.require_store)
     credentials = None
     if options.grpc_tls_cert is not None or options.grpc_tls_key is not None:
@@ -329,6 +337,7 @@ async def serve(options: ServeOptions, *,
     tasks: list[asyncio.Task[Any]] = []
     signals: list[signal.Signals] = []
     unix_paths: list[Path] = []
+    closers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []  # other listeners
 
     def on_stop_signal() -> None:
         if stop.is_set():  # a second signal: stop now
@@ -403,6 +412,19 @@ async def serve(options: ServeOptions, *,
                 signals.append(signal.SIGHUP)
         if options.watch > 0:
             tasks.append(asyncio.create_task(Watcher(holder, options.watch).run(stop)))
+        if go_stats is not None and options.go_stats is not None:
+            go = options.go_stats
+            if go.statsd is not None:
+                tasks.append(asyncio.create_task(go_stats.flush_task(stop)))
+                listening["statsd"] = f"udp://{grpc_address(*go.statsd)}"
+            if go.prometheus is not None:
+                phost, pport, ppath = go.prometheus
+                psock = bind_tcp(phost, pport)
+                prom, prom_task = await start_prometheus(go_stats, psock, ppath)
+                closers.append((prom, prom_task))
+                listening["prometheus"] = \
+                    f"http://{grpc_address(phost, psock.getsockname()[1])}{ppath}"
+                listening["prometheus_port"] = psock.getsockname()[1]
         if http is not None and http_task is not None:
             while not http.started and not http_task.done():
                 await asyncio.sleep(0.005)
@@ -435,6 +457,9 @@ async def serve(options: ServeOptions, *,
         if http is not None and http_task is not None:
             http.should_exit = True
             closing.append(http_task)
+        for server, task in closers:
+            server.should_exit = True
+            closing.append(task)
         for t in tasks:
             t.cancel()
         results = await asyncio.gather(*closing, *tasks, return_exceptions=True)
