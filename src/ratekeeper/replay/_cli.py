@@ -107,12 +107,18 @@ def _positive(text: str) -> float:
 
 
 def _reader(args: argparse.Namespace, source: Any) -> LogReader:
+    grow = getattr(args, "grow_window", False)
     return read_log(source, args.format, window=args.window_order,
-                    extra_variables=tuple(args.variable))
+                    extra_variables=tuple(args.variable), grow_window=grow,
+                    max_pending=STREAM_MAX_PENDING if grow else 1_000_000)
 
 
-#: The order window of a stream (stdin), which cannot be read twice to measure it.
+#: The order window a stream (stdin), which cannot be read twice to measure it, starts
+#: with; it grows to the most a line so far was out of order (`read_log`'s `grow_window`),
+#: holding at most `STREAM_MAX_PENDING` lines however far it grows (a held line of the
+#: combined format is about 850 bytes: some 210 MB at most).
 STREAM_WINDOW = 2.0
+STREAM_MAX_PENDING = 250_000
 
 
 #: What ``--field NAME=KEY`` may name: `JsonFormat`'s parameters.
@@ -160,6 +166,7 @@ def _settle_log(args: argparse.Namespace, source: str) -> None:
             args.format = ("combined" if head[:2] == b"\x1f\x8b"
                            else detect_format(head.decode("utf-8", "replace")))
     if args.window_order is None:
+        args.grow_window = source == "-"
         args.window_order = (STREAM_WINDOW if source == "-"
                              else measure_disorder(source, args.format,
                                                    extra_variables=tuple(args.variable)))
@@ -175,10 +182,13 @@ def _check_read(cmd: str, args: argparse.Namespace, stats: ReadStats) -> int:
                     f"{args.format!r}; name the log's format with --format (combined, common, "
                     "jsonl, or an nginx log_format string)")
     if stats.late and not args.accept_clamped:
+        grown = "" if stats.grown_window is None else (
+            f" (standard input: the window grew to {stats.grown_window:g} s as later lines "
+            "came, too late for these)")
         print(f"ratekeeper {cmd}: {stats.late} lines were more than --order-window "
-              f"{args.window_order:g} s out of order and were clamped to the time of the "
-              "line before them, so the figures are not exact: raise --order-window, or "
-              "pass --accept-clamped to accept them", file=sys.stderr)
+              f"{args.window_order:g} s out of order{grown} and were clamped to the time of "
+              "the line before them, so the figures are not exact: raise --order-window, "
+              "or pass --accept-clamped to accept them", file=sys.stderr)
         return 3
     return 0
 
@@ -197,7 +207,8 @@ def _add_log(p: argparse.ArgumentParser) -> None:
                    "('$remote_addr ...') or an Apache LogFormat string ('%%h %%l %%u %%t ...')")
     p.add_argument("--order-window", dest="window_order", type=float, default=None,
                    metavar="S", help="seconds a line may be out of order (default: a file is "
-                   f"read once first to measure it; stdin: {STREAM_WINDOW:g})")
+                   f"read once first to measure it; stdin starts at {STREAM_WINDOW:g} and "
+                   "grows to the most a line so far was out of order)")
     p.add_argument("--field", action="append", default=[], metavar="NAME=KEY",
                    help="a JSON Lines log's key for NAME (time, client, method, path, "
                    "request, status, bytes, user_agent, referer, host, headers), e.g. "
@@ -284,6 +295,7 @@ def _stats_json(stats: ReadStats) -> dict[str, Any]:
     return {"lines": stats.lines, "events": stats.events, "malformed": stats.malformed,
             "skipped": stats.skipped, "reordered": stats.reordered, "late": stats.late,
             "clamped_lines": stats.late - stats.dropped,
+            "grown_order_window": stats.grown_window,
             "examples": [str(e) for e in stats.examples]}
 
 

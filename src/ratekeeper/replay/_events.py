@@ -77,7 +77,9 @@ class ReadStats:
       within the window; `late`: events older than the window allows (older than an event
       already handed out), `dropped` of them when ``late="drop"``, else clamped to that
       event's time;
-    - `first_t`, `last_t`: the time span of the events handed out.
+    - `first_t`, `last_t`: the time span of the events handed out;
+    - `grown_window`: for a stream read with a growing window, the seconds it grew to
+      (None: it kept the window it was given).
     """
 
     max_examples: int = 5
@@ -91,6 +93,7 @@ class ReadStats:
     dropped: int = 0
     first_t: float | None = None
     last_t: float | None = None
+    grown_window: float | None = None
 
     @property
     def malformed_total(self) -> int:

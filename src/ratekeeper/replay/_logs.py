@@ -231,11 +231,13 @@ class LogReader:
 
     def __init__(self, source: Source, format: str | LineFormat = "combined", *,
                  window: float = 2.0, late: str = "clamp", max_examples: int = 5,
-                 max_pending: int = 1_000_000, extra_variables: tuple[str, ...] = ()) -> None:
+                 max_pending: int = 1_000_000, extra_variables: tuple[str, ...] = (),
+                 grow_window: bool = False) -> None:
         self.format = open_format(format, extra_variables=extra_variables)
         check_order_options(window, late, max_pending)
         self.stats = ReadStats(max_examples=max_examples)
         self.window, self.late, self.max_pending = window, late, max_pending
+        self.grow_window = grow_window
         self._lines = _Lines(source)
         self._started = False
 
@@ -245,12 +247,12 @@ class LogReader:
 
     def __iter__(self) -> Iterator[LogEvent]:
         hot = _hot.COMPILED
-        if hot is not None:  # the same two steps, compiled (_replay_hot_c.pyx)
+        if hot is not None and not self.grow_window:  # the same steps, compiled
             return hot.reorder(  # type: ignore[no-any-return]
                 self.in_line_order(), self.stats, self.window, self.late == "drop",
                 self.max_pending)
         return reorder(self.in_line_order(), self.stats, window=self.window, late=self.late,
-                       max_pending=self.max_pending)
+                       max_pending=self.max_pending, grow=self.grow_window)
 
     def in_line_order(self) -> Iterator[LogEvent]:
         """The events as the lines give them, not put in time order (`measure_disorder`'s
@@ -382,7 +384,7 @@ def sample_of(source: str | os.PathLike[str], size: int = _CHUNK) -> str:
 
 def read_log(source: Source, format: str | LineFormat = "combined", *, window: float = 2.0,
              late: str = "clamp", max_examples: int = 5, max_pending: int = 1_000_000,
-             extra_variables: tuple[str, ...] = ()) -> LogReader:
+             extra_variables: tuple[str, ...] = (), grow_window: bool = False) -> LogReader:
     """Read `source` (a path, a gzip'd path, ``"-"`` for stdin, or a binary or text stream)
     in `format` (``"combined"``, ``"common"``, ``"jsonl"``, ``"trace"``, an nginx
     ``log_format`` string, or a format object) -> a `LogReader` of events in time order.
@@ -392,7 +394,11 @@ def read_log(source: Source, format: str | LineFormat = "combined", *, window: f
     line older than that, ``"clamp"`` (to the last time handed out; the default) or
     ``"drop"``. `max_examples`: malformed lines kept as examples in `ReadStats.examples`.
     `extra_variables`: variables of your nginx configuration (map, set) a ``log_format`` may
-    use. Bad options raise `ConfigError` here; bad lines never raise.
+    use. `grow_window`: for a stream, which cannot be read twice to measure its disorder,
+    the window grows to the most a line so far was out of order (`reorder`'s ``grow``; at
+    most `max_pending` lines held, however far it grows). Bad options raise `ConfigError`
+    here; bad lines never raise.
     """
     return LogReader(source, format, window=window, late=late, max_examples=max_examples,
-                     max_pending=max_pending, extra_variables=extra_variables)
+                     max_pending=max_pending, extra_variables=extra_variables,
+                     grow_window=grow_window)

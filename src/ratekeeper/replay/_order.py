@@ -12,6 +12,11 @@ leaves it out. Either way it is counted in `ReadStats.late`.
 
 Memory: `reorder` holds the events of one window (and never more than `max_pending`; past
 that the oldest is handed out early, so a log with a huge backwards jump stays bounded).
+
+A stream cannot be read twice to measure its disorder first, so with ``grow=True`` the
+window grows to the most any line so far was older than the newest before it: a late line
+is still late (clamped or dropped, and counted), but the lines after it that are as far out
+of order are put in place. The bound stays `max_pending` events, however far it grows.
 """
 
 from __future__ import annotations
@@ -41,9 +46,11 @@ def check_order_options(window: float, late: str, max_pending: int) -> None:
 
 
 def reorder(events: Iterable[LogEvent], stats: ReadStats, *, window: float = 2.0,
-            late: str = "clamp", max_pending: int = 1_000_000) -> Iterator[LogEvent]:
+            late: str = "clamp", max_pending: int = 1_000_000,
+            grow: bool = False) -> Iterator[LogEvent]:
     """`events` (nearly sorted) -> the same events in time order; counts go to `stats`
-    (`reordered`, `late`, `dropped`, `events`, `first_t`, `last_t`)."""
+    (`reordered`, `late`, `dropped`, `events`, `first_t`, `last_t`; with `grow`, the window
+    it grew to in `grown_window`)."""
     check_order_options(window, late, max_pending)
     drop = late == "drop"
     # Two sorted stores, merged on the way out by (time, line order): `pending`, the events
@@ -58,6 +65,8 @@ def reorder(events: Iterable[LogEvent], stats: ReadStats, *, window: float = 2.0
     try:
         for ev in events:
             t = ev.t
+            if grow and hi - t > window:  # the disorder seen so far: the window from now on
+                window = stats.grown_window = hi - t
             if t < last:
                 stats.late += 1
                 if drop:
