@@ -176,7 +176,7 @@ def test_server_clock_agrees_with_python_at_the_servers_time(standalone: StoreTa
 
 
 def test_server_time_is_read_exactly_without_formatting_it(standalone: StoreTarget) -> None:
-    """one_gcra.lua and one_token_bucket.lua turn TIME into seconds as (s * 10^6 + us) /
+    """The one-gcra and one-token-bucket scripts turn TIME into seconds as (s * 10^6 + us) /
     10^6 instead of reading back the text '<s>.<us>': the same double, for any time."""
     script = """
     local bad, n = 0, 0

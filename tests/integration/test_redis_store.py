@@ -600,7 +600,7 @@ def test_a_garbage_reply_is_a_store_error(standalone: StoreTarget) -> None:
                  "return {2, 0, false, '0', '0'}", "return {1, -1, false, '0', '0'}",
                  "return {1, 0, false, 'nan', '0'}", "return {1, 0, 'x', '0', '0'}",
                  "return {1, '0', false, '0', '0'}", "return {1, 0, false, '0'}",
-                 # one_gcra.lua's admission: {remaining, tat, now}
+                 # the one-gcra script's admission: {remaining, tat, now}
                  "return {-1, '2', 3}", "return {1, 'x', 3}", "return {1, 'inf', 3}",
                  "return {1, '2', 'x'}", "return {'1', '2', 3}", "return {1, '2'}",
                  # its rejection: {tat, now}
@@ -616,7 +616,7 @@ def test_a_garbage_reply_is_a_store_error(standalone: StoreTarget) -> None:
                  "return {'1', '1', '1', 'x'}", "return {'1', '1', '1'}"):
         with pytest.raises(StoreError, match="unexpected reply"):
             store._parse_one(client.eval(junk, 0), Limit("sliding-window-counter", "1/s"), 1.0)
-    # one_token_bucket.lua's and one_fixed_window.lua's rejections: {<two fields>, now}
+    # the one-token-bucket and one-fixed-window scripts' rejections: {<two fields>, now}
     for junk in ("return {'x', '1', 3}", "return {'1', 'nan', 3}", "return {'1', '1', 'x'}",
                  "return {'1', '1'}", "return {'1', '1', 3, 4}", "return {'inf', '1', 3}"):
         for other in (Limit("token-bucket", "1/s"), Limit("fixed-window", "1/s")):

@@ -149,27 +149,43 @@ def test_each_lua_file_lies_beside_its_module_and_registers_the_modules_id(name:
     assert registered == [str(codec.id)], (codec.script, registered)
     assert f"-- {name} (algorithm id {codec.id})" in text.splitlines()[0]
     assert text in _lua.CHECK.text and text in _lua.REFUND.text
-    if codec.fast_script is None:
+    if not codec.fast_script:
         assert codec.fast_reset is None
         assert text in _lua.ONE[name].text and not _lua.ONE[name].straight
     else:
-        # (a short admission reply, `fast_reset`, is optional: the windows answer one.lua's)
-        assert codec.fast_script == f"one_{stem}.lua"
-        fast = files.joinpath(codec.fast_script).read_text(encoding="utf-8")
-        # (the file's whole text, inside the tag's wrapping: see _lua.py)
-        assert _lua.ONE[name].text == _lua._TAGGED.format(body=fast) and _lua.ONE[name].straight
-        assert f"ratekeeper one-{name}:" in fast.splitlines()[0]
+        assert _lua.ONE[name].straight and _lua.ONE[name].name == f"one-{name}"
+
+
+@pytest.mark.parametrize("name", [n for n, a in ALGORITHMS.items() if a.redis.fast_script])
+def test_single_limit_script_runs_the_general_scripts_decide_text(name: str) -> None:
+    """One text per algorithm for the arithmetic: the straight-line single-limit script holds
+    its Lua file's `decide`, the very text check.lua runs, between the shared prologue and
+    epilogue, and defines no other function (Redis defines them again on every call)."""
+    text = resources.files(algorithms).joinpath(ALGORITHMS[name].redis.script).read_text(
+        encoding="utf-8")
+    decide = _lua._DECIDE.search(text)
+    assert decide is not None
+    one = _lua.ONE[name].text
+    assert decide[0] in one and decide[0] in _lua.CHECK.text
+    prologue = _lua.lua_source("one_prologue.lua")
+    epilogue = _lua.lua_source("one_epilogue.lua")
+    assert prologue.split("NUMBER_OF_PARAMS", 1)[1] in one  # (np: its decide's count)
+    assert epilogue.split("WRITE_STATE", 1)[0].split("PARAMS", 1)[1] in one
+    assert one.index(prologue[-200:]) < one.index(decide[0]) < one.index(epilogue[:200])
+    # the tag's wrapping (_lua._TAGGED) and decide: no helper, no closure that captures
+    code = re.sub(r"--[^\n]*", "", one)  # (comments may name functions)
+    assert re.findall(r"\bfunction\b", code) == ["function", "function"]
+    assert "local function decide(" in one
 
 
 def test_the_store_keeps_only_its_protocol_in_stores_lua() -> None:
     """The algorithms' Lua lives beside them (with their shared helpers, `_common.lua`, beside
     `_common.py`); stores/lua holds the store's entry points."""
     assert sorted(p.name for p in (SRC / "stores" / "lua").glob("*.lua")) == [
-        "check.lua", "one.lua", "refund.lua", "state.lua"]
+        "check.lua", "one.lua", "one_epilogue.lua", "one_prologue.lua", "refund.lua",
+        "state.lua"]
     beside = {p.name for p in (SRC / "algorithms").glob("*.lua")} - {"_common.lua"}
-    declared = {a.redis.script for a in ALGORITHMS.values()} | {
-        a.redis.fast_script for a in ALGORITHMS.values() if a.redis.fast_script}
-    assert beside == declared
+    assert beside == {a.redis.script for a in ALGORITHMS.values()}
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -15,10 +15,23 @@
 -- only built when a call uses it (`algorithm(id)`):
 --
 --   decide(key, now, cost, p1, p2, p3)
---       -> pending | nil, allowed (0/1), remaining (integer), retry_after (number | false),
---          reset_after, delay
---       Reads the state at `key`, writes nothing. `pending` is what `write` commits when the
---       request is charged; nil when rejected (a rejected request never changes state).
+--       -> s1 | nil, allowed (0/1), remaining (integer), retry_after (number | false),
+--          reset_after, delay, stored, ttl, s2, s3
+--       Reads the state at `key`, writes nothing. Admitted: `pending` = {s1, s2, s3} is the
+--       state `write` commits when the request is charged, `ttl` its (the seconds until it
+--       equals a missing key); rejected: s1 is nil (a rejected request never changes
+--       state) and `stored` is the state as stored (GET's string, HMGET's fields; nil when
+--       absent). Multiple values, not tables: a single-limit script builds none.
+--       A straight-line algorithm's decide takes one more argument, `brief`: when it is
+--       true (the single-limit script's, which answers a rejection on a stored state with
+--       that state), such a rejection returns only `stored`, computing nothing else.
+--       An algorithm with a straight-line single-limit script (its codec's fast_script)
+--       writes its `decide` self-contained: it calls and captures nothing outside itself
+--       (these helpers and values are written out in it), because stores/_lua.py assembles
+--       that script from this one function between stores/lua/one_prologue.lua and
+--       one_epilogue.lua, and Redis defines every function of a script again on each call
+--       (a closure that captures values costs about 3 % of a call, one that captures none
+--       about 2 %).
 --   write(key, pending, now, p1, p2, p3)
 --       Commits `pending` with PEXPIRE expiry_ms(ttl), `ttl` being the algorithm's: the
 --       seconds until the state equals a missing key.

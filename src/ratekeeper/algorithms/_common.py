@@ -100,9 +100,10 @@ class RedisCodec(NamedTuple):
     #: elements, all text) as the Python state `decide` takes. Raises ValueError (or
     #: KeyError) for a value that is not this algorithm's state.
     from_redis: Callable[[str, Any], Any]
-    #: A straight-line single-limit script beside the module (``one_<name>.lua``, faster
-    #: than one.lua; tests prove it decides exactly as the general script), or None.
-    fast_script: str | None = None
+    #: Whether it has a straight-line single-limit script (faster than one.lua), which
+    #: stores/_lua.py assembles around its Lua file's self-contained ``decide``; tests prove
+    #: it decides exactly as the general script.
+    fast_script: bool = False
     #: With `fast_script`, optionally: ``fast_reset(reply, limit) -> reset_after`` of its short
     #: admission reply (``{remaining, ...}``); None: the script answers one.lua's five values.
     #: Raises ValueError (or TypeError) for any other shape.

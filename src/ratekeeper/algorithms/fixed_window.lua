@@ -13,17 +13,37 @@ ALGOS[4] = function()  -- built on first use (see _common.lua)
     return load_fields(key, 'k', 'used')
   end
 
-  local function decide(key, now, cost, n, p)
-    local k = floor(now / p + EPS)
+  -- decide, self-contained (see _common.lua): admitted, the pending state is {k, used}.
+  local function decide(key, now, cost, n, p, brief)
+    local k = math.floor(now / p + 1e-9)  -- EPS
     local used = 0
-    local state = load(key)
-    if state ~= nil and state[1] >= k then
-      k, used = state[1], state[2]
+    local v = redis.call('HMGET', key, 'k', 'used')
+    local stored = nil
+    if v[1] or v[2] then
+      stored = v
+      local sk, su = tonumber(v[1]), tonumber(v[2])
+      if sk == nil or sk ~= sk or sk == math.huge or sk == -math.huge then
+        error({err = 'RKSTATE corrupt rate-limit state at ' .. key .. ': k is ' .. tostring(v[1])})
+      end
+      if su == nil or su ~= su or su == math.huge or su == -math.huge then
+        error({err = 'RKSTATE corrupt rate-limit state at ' .. key .. ': used is '
+          .. tostring(v[2])})
+      end
+      if sk >= k then  -- same window, or the clock went back into an earlier one
+        k, used = sk, su
+      end
     end
     local reset = (k + 1) * p - now
-    if used + cost <= n + EPS then
+    if used + cost <= n + 1e-9 then
       used = used + cost
-      return {k, used}, 1, floor_remaining(n - used), 0, reset, 0
+      local remaining = 0
+      if n - used > 0 then
+        remaining = math.floor(n - used + 1e-9)  -- floor_remaining (EPS)
+      end
+      return k, 1, remaining, 0, reset, 0, nil, reset, used
+    end
+    if brief == true and stored then
+      return nil, 0, 0, false, 0, 0, stored  -- (see _common.lua)
     end
     local retry = false
     if not (cost > n) then
@@ -33,7 +53,11 @@ ALGOS[4] = function()  -- built on first use (see _common.lua)
     if used ~= 0 then
       reset_after = reset
     end
-    return nil, 0, floor_remaining(n - used), retry, reset_after, 0
+    local remaining = 0
+    if n - used > 0 then
+      remaining = math.floor(n - used + 1e-9)
+    end
+    return nil, 0, remaining, retry, reset_after, 0, stored
   end
 
   local function write(key, s, now, n, p)

@@ -95,11 +95,11 @@ def from_redis(kind: str, value: Any) -> State:
 
 
 def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float | None, float]:
-    """one_fixed_window.lua answers a rejection on a stored state with ``{k, used, now}``
+    """the one-fixed-window script answers a rejection on a stored state with ``{k, used, now}``
     (as stored; now as `gcra.fast_reject`'s): (remaining, retry_after, reset_after) are
     `decide`'s rejection, the same float operations on the same values."""
     if len(reply) != 3:
-        raise ValueError("not a rejection of one_fixed_window.lua")
+        raise ValueError("not a rejection of the one-fixed-window script")
     now = reply[2]
     now = now / 1e6 if now.__class__ is int else float(now)
     n, p = limit.capacity, limit.period
@@ -135,4 +135,4 @@ ALGORITHM = Algorithm("fixed-window", decide, refund, ttl, LimitRules(
     "at most N per window [kP, (k+1)P)",
     window_params), RedisCodec(
     id=4, tag="fw", script="fixed_window.lua", params=lua_params, from_redis=from_redis,
-    fast_script="one_fixed_window.lua", fast_reject=fast_reject), memory=MemoryForm(pack, unpack))
+    fast_script=True, fast_reject=fast_reject), memory=MemoryForm(pack, unpack))

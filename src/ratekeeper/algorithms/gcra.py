@@ -73,7 +73,7 @@ def ttl(tat: float, now: float, limit: Limit) -> float:
     return tat - now
 
 
-# -- Redis (gcra.lua, and one_gcra.lua for a single limit) ------------------------------------
+# -- Redis (gcra.lua, and the one-gcra script for a single limit) -------------------------
 
 
 def lua_params(limit: Limit) -> tuple[str, str]:
@@ -89,21 +89,21 @@ def from_redis(kind: str, value: Any) -> float:
 
 
 def fast_reset(reply: list[Any], limit: Limit) -> float:
-    """one_gcra.lua answers an admission ``{remaining, tat, now}``: reset_after is
+    """the one-gcra script answers an admission ``{remaining, tat, now}``: reset_after is
     ``tat - now``, the float operation of `decide` (one formatted float less); `now` is the
     caller's text, or the server's TIME as whole microseconds (an integer)."""
     if len(reply) != 3:
-        raise ValueError("not an admission of one_gcra.lua")
+        raise ValueError("not an admission of the one-gcra script")
     now = reply[2]
     return float(reply[1]) - (now / 1e6 if now.__class__ is int else float(now))
 
 
 def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float | None, float]:
-    """one_gcra.lua answers a rejection on a stored tat with ``{tat, now}`` (as stored, and
+    """the one-gcra script answers a rejection on a stored tat with ``{tat, now}`` (as stored, and
     as `fast_reset`'s now): (remaining, retry_after, reset_after) are `decide`'s rejection,
     the same float operations on the same values."""
     if len(reply) != 2:
-        raise ValueError("not a rejection of one_gcra.lua")
+        raise ValueError("not a rejection of the one-gcra script")
     now = reply[1]
     now = now / 1e6 if now.__class__ is int else float(now)
     tat = float(reply[0])
@@ -121,4 +121,4 @@ ALGORITHM = Algorithm("gcra", decide, refund, ttl, LimitRules(
     "the token bucket's decisions with one timestamp of state (GCRA)",
     bucket_params), RedisCodec(
     id=2, tag="gcra", script="gcra.lua", params=lua_params, from_redis=from_redis,
-    fast_script="one_gcra.lua", fast_reset=fast_reset, fast_reject=fast_reject))
+    fast_script=True, fast_reset=fast_reset, fast_reject=fast_reject))

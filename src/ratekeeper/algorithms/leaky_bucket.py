@@ -190,11 +190,11 @@ def from_redis(kind: str, value: Any) -> State:
 
 
 def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float | None, float]:
-    """one_leaky_bucket.lua answers a rejection on a stored state with ``{excess, last,
+    """the one-leaky-bucket script answers a rejection on a stored state with ``{excess, last,
     now}`` (as stored; now in whole microseconds on the server's clock): (remaining,
     retry_after, reset_after) of `decide` on that state at that time, which rejects too."""
     if len(reply) != 3:
-        raise ValueError("not a rejection of one_leaky_bucket.lua")
+        raise ValueError("not a rejection of the one-leaky-bucket script")
     now = reply[2]
     now = now / 1e6 if now.__class__ is int else float(now)
     excess, last = float(reply[0]), float(reply[1])
@@ -229,4 +229,4 @@ ALGORITHM = Algorithm("leaky-bucket", decide, refund, ttl, LimitRules(
     "nginx limit_req: burst, nodelay, delay=D; can answer 'admit after a delay'",
     limit_params, whole_costs=True), RedisCodec(
     id=3, tag="lb", script="leaky_bucket.lua", params=lua_params, from_redis=from_redis,
-    fast_script="one_leaky_bucket.lua", fast_reject=fast_reject), memory=MemoryForm(pack, unpack))
+    fast_script=True, fast_reject=fast_reject), memory=MemoryForm(pack, unpack))

@@ -15,45 +15,60 @@ ALGOS[6] = function()  -- built on first use (see _common.lua)
     return load_fields(key, 'k', 'prev', 'curr')
   end
 
-  local function roll(state, now, p)
-    local k = floor(now / p + EPS)
-    if state == nil then
-      return k, 0, 0
+  -- decide, self-contained (see _common.lua): admitted, the pending state is
+  -- {k, prev, curr}.
+  local function decide(key, now, cost, n, p, brief)
+    -- roll: the stored windows as seen from now's window
+    local k = math.floor(now / p + 1e-9)  -- EPS
+    local prev, curr = 0, 0
+    local v = redis.call('HMGET', key, 'k', 'prev', 'curr')
+    local stored = nil
+    if v[1] or v[2] or v[3] then
+      stored = v
+      local sk, sp, sc = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
+      if sk == nil or sk ~= sk or sk == math.huge or sk == -math.huge then
+        error({err = 'RKSTATE corrupt rate-limit state at ' .. key .. ': k is ' .. tostring(v[1])})
+      end
+      if sp == nil or sp ~= sp or sp == math.huge or sp == -math.huge then
+        error({err = 'RKSTATE corrupt rate-limit state at ' .. key .. ': prev is '
+          .. tostring(v[2])})
+      end
+      if sc == nil or sc ~= sc or sc == math.huge or sc == -math.huge then
+        error({err = 'RKSTATE corrupt rate-limit state at ' .. key .. ': curr is '
+          .. tostring(v[3])})
+      end
+      if k == sk then
+        prev, curr = sp, sc
+      elseif k == sk + 1 then
+        prev = sc
+      elseif not (k > sk) then
+        k, prev, curr = sk, sp, sc  -- clock went back into an earlier window: keep the stored one
+      end
     end
-    local sk, prev, curr = state[1], state[2], state[3]
-    if k == sk then
-      return k, prev, curr
-    end
-    if k == sk + 1 then
-      return k, curr, 0
-    end
-    if k > sk then
-      return k, 0, 0
-    end
-    return sk, prev, curr  -- clock went back into an earlier window: keep the stored one
-  end
-
-  local function estimate(k, prev, curr, now, p)
+    -- estimate
     local elapsed = now - k * p
     if elapsed < 0 then
       elapsed = 0
     end
-    return prev * (p - elapsed) / p + curr
-  end
-
-  local function decide(key, now, cost, n, p)
-    local k, prev, curr = roll(load(key), now, p)
-    local est = estimate(k, prev, curr, now, p)
+    local est = prev * (p - elapsed) / p + curr
     local start = k * p
-    if est + cost <= n + EPS then
+    if est + cost <= n + 1e-9 then
       curr = curr + cost
-      local reset
+      local reset, w
       if curr ~= 0 then
-        reset = start + 2 * p - now
+        reset, w = start + 2 * p - now, 2
       else
-        reset = start + p - now
+        reset, w = start + p - now, 1
       end
-      return {k, prev, curr}, 1, floor_remaining(n - est - cost), 0, reset, 0
+      local remaining = 0
+      if n - est - cost > 0 then
+        remaining = math.floor(n - est - cost + 1e-9)  -- floor_remaining (EPS)
+      end
+      -- (the ttl is write's)
+      return k, 1, remaining, 0, reset, 0, nil, (k + w) * p - now, prev, curr
+    end
+    if brief == true and stored then
+      return nil, 0, 0, false, 0, 0, stored  -- (see _common.lua)
     end
     local retry = false
     if cost <= n then
@@ -78,7 +93,11 @@ ALGOS[6] = function()  -- built on first use (see _common.lua)
     else
       reset = now - now
     end
-    return nil, 0, floor_remaining(n - est), retry, reset, 0
+    local remaining = 0
+    if n - est > 0 then
+      remaining = math.floor(n - est + 1e-9)
+    end
+    return nil, 0, remaining, retry, reset, 0, stored
   end
 
   local function write(key, s, now, n, p)

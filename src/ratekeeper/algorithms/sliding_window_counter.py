@@ -126,12 +126,12 @@ def from_redis(kind: str, value: Any) -> State:
 
 
 def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float | None, float]:
-    """one_sliding_window_counter.lua answers a rejection on a stored state with ``{k, prev,
+    """the one-sliding-window-counter script answers a rejection on a stored state with ``{k, prev,
     curr, now}`` (as stored; now in whole microseconds on the server's clock): (remaining,
     retry_after, reset_after) are `decide`'s rejection, the same float operations on the
     same values (its rejection branch, repeated here)."""
     if len(reply) != 4:
-        raise ValueError("not a rejection of one_sliding_window_counter.lua")
+        raise ValueError("not a rejection of the one-sliding-window-counter script")
     now = reply[3]
     now = now / 1e6 if now.__class__ is int else float(now)
     sk, sp, sc = float(reply[0]), float(reply[1]), float(reply[2])
@@ -177,5 +177,5 @@ ALGORITHM = Algorithm("sliding-window-counter", decide, refund, ttl, LimitRules(
     "Cloudflare's estimate prev*(P-elapsed)/P + curr <= N",
     window_params), RedisCodec(
     id=6, tag="swc", script="sliding_window_counter.lua", params=lua_params,
-    from_redis=from_redis, fast_script="one_sliding_window_counter.lua",
+    from_redis=from_redis, fast_script=True,
     fast_reject=fast_reject), memory=MemoryForm(pack, unpack))

@@ -59,7 +59,8 @@ ALGOS[5] = function()  -- built on first use (see _common.lua)
           ts = newest
         end
       end
-      return {i0, ts, cost}, 1, floor_remaining(n - used - cost), 0, ts + p - now, 0
+      -- (no ttl: no single-limit script reads it)
+      return i0, 1, floor_remaining(n - used - cost), 0, ts + p - now, 0, nil, nil, ts, cost
     end
     local retry = false
     if cost <= n then

@@ -110,7 +110,7 @@ def ttl(state: State, now: float, limit: Limit) -> float:
     return last + (limit.capacity - tokens) / limit.per_second - now
 
 
-# -- Redis (token_bucket.lua, and one_token_bucket.lua for a single limit) --------------------
+# -- Redis (token_bucket.lua, and the one-token-bucket script for a single limit) ----------
 
 
 def lua_params(limit: Limit) -> tuple[str, str]:
@@ -125,19 +125,19 @@ def from_redis(kind: str, value: Any) -> State:
 
 
 def fast_reset(reply: list[Any], limit: Limit) -> float:
-    """one_token_bucket.lua answers an admission ``{remaining, left}``: reset_after is
+    """the one-token-bucket script answers an admission ``{remaining, left}``: reset_after is
     ``(b - left) / r``, the float operations of `decide` (one formatted float less)."""
     if len(reply) != 2:
-        raise ValueError("not an admission of one_token_bucket.lua")
+        raise ValueError("not an admission of the one-token-bucket script")
     return (float(limit.capacity) - float(reply[1])) / float(limit.per_second)
 
 
 def fast_reject(reply: list[Any], limit: Limit, cost: float) -> tuple[int, float | None, float]:
-    """one_token_bucket.lua answers a rejection on a stored state with ``{tokens, last,
+    """the one-token-bucket script answers a rejection on a stored state with ``{tokens, last,
     now}`` (as stored; now as `gcra.fast_reject`'s): (remaining, retry_after, reset_after)
     are `decide`'s rejection, the same float operations on the same values."""
     if len(reply) != 3:
-        raise ValueError("not a rejection of one_token_bucket.lua")
+        raise ValueError("not a rejection of the one-token-bucket script")
     now = reply[2]
     now = now / 1e6 if now.__class__ is int else float(now)
     r, b = limit.per_second, limit.capacity
@@ -172,5 +172,5 @@ ALGORITHM = Algorithm("token-bucket", decide, refund, ttl, LimitRules(
     "Go golang.org/x/time/rate AllowN: capacity `burst`, continuous refill",
     bucket_params), RedisCodec(
     id=1, tag="tb", script="token_bucket.lua", params=lua_params, from_redis=from_redis,
-    fast_script="one_token_bucket.lua", fast_reset=fast_reset, fast_reject=fast_reject),
+    fast_script=True, fast_reset=fast_reset, fast_reject=fast_reject),
     memory=MemoryForm(pack, unpack))

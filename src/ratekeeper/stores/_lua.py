@@ -5,10 +5,13 @@ every algorithm uses (``algorithms/_common.lua``, beside the ``_common.py`` it m
 algorithm's functions (``algorithms/<name>.lua``,
 beside the Python module it mirrors; the registry names the files), then the entry point
 (``stores/lua/check.lua``, ``refund.lua``; ``one.lua`` with a single algorithm, for one
-limit). An algorithm with a straight-line single-limit script (``algorithms/one_<name>.lua``)
-gets that one as its `ONE` script. ``stores/lua/state.lua`` reads a key's raw state for
-inspection. The files in ``stores/lua/`` are the store's protocol; the algorithm files are
-the algorithms'.
+limit). An algorithm whose codec has a straight-line single-limit script (``fast_script``)
+gets, as its `ONE` script, its file's self-contained ``decide`` (the very text the others
+run) between ``stores/lua/one_prologue.lua`` and ``one_epilogue.lua`` (`_straight`): Redis
+runs a script's whole body on every call, so that one defines no other function (one.lua
+with _common.lua builds about 15 closures per call). ``stores/lua/state.lua`` reads a key's
+raw state for inspection. The files in ``stores/lua/`` are the store's protocol; the
+algorithm files are the algorithms'.
 
 Each file states its KEYS, ARGV (with units) and reply at the top. `Script` carries the text
 and its SHA1, which is what EVALSHA sends; the store falls back to EVAL (which also caches
@@ -35,6 +38,7 @@ sees: the tag is taken off first (`_TAGGED`).
 from __future__ import annotations
 
 import hashlib
+import re
 from importlib import resources
 from typing import NamedTuple
 
@@ -89,6 +93,7 @@ def _script(name: str, *texts: str, straight: bool = False) -> Script:
 
 
 _COMMON = algorithm_source("_common.lua")
+
 _ALGORITHM_TEXTS = {name: algorithm_source(a.redis.script) for name, a in ALGORITHMS.items()}
 _ALL_ALGORITHMS = "\n".join(_ALGORITHM_TEXTS.values())
 
@@ -97,7 +102,7 @@ _FUNCTIONS = [
     ("check", _COMMON + "\n" + _ALL_ALGORITHMS, lua_source("check.lua")),
     ("refund", _COMMON + "\n" + _ALL_ALGORITHMS, lua_source("refund.lua")),
     *[(f"one-{name}", _COMMON + "\n" + _ALGORITHM_TEXTS[name], lua_source("one.lua"))
-      for name, a in ALGORITHMS.items() if a.redis.fast_script is None],
+      for name, a in ALGORITHMS.items() if not a.redis.fast_script],
 ]
 
 _LAZY = """-- f(KEYS, ARGV) of `build()`, built on the first call (not at load: see _lua.py)
@@ -133,13 +138,57 @@ LIBRARY, LIBRARY_NAME, _FN = _library()
 #: Any number of limits of any algorithms, all-or-nothing (composite checks).
 CHECK = _script("check", _COMMON, *_ALGORITHM_TEXTS.values(),
                 lua_source("check.lua"))._replace(fn=_FN["check"])
-#: One limit: one script per algorithm, the single-limit hot path. An algorithm's
-#: straight-line script (``one_<name>.lua``) has the same arithmetic as ``one.lua`` with that
-#: algorithm, with no function definitions, because Redis runs a script's whole body
-#: (defining every helper again) on each EVALSHA; a test proves it decides as ``CHECK``.
+#: An algorithm file's ``decide``: its parameters, and its text to the ``end`` at its own
+#: indentation.
+_DECIDE = re.compile(r"^( *)local function decide\(key, now, cost, ([\w, ]+), brief\).*?^\1end\n",
+                     re.MULTILINE | re.DOTALL)
+#: The state `decide` reads: a string (GET), or a hash's fields (HMGET), in their order.
+_READ = re.compile(r"redis\.call\('(GET|HMGET)', key((?:, '\w+')*)\)")
+#: An algorithm file's single-limit admission reply, where shorter than one.lua's (its codec's
+#: ``fast_reset`` parses it), in one_epilogue.lua's values.
+_ADMITS = re.compile(r"^-- one-[\w-]+ admits with: (\{[^}]*\})", re.MULTILINE)
+
+
+def _fmt(value: str) -> str:
+    """Lua for _common.lua's ``fmt(value)``, written out (the script defines no helper)."""
+    return f"{value} == 0 and '0' or string.format('%.17g', {value})"
+
+
+def _straight(name: str) -> Script:
+    """`name`'s single-limit script: one_prologue.lua, the algorithm's ``decide`` (the text
+    `CHECK` runs) and one_epilogue.lua, which writes the state `decide` reads: its SET, or
+    its HSET of the same fields and PEXPIRE."""
+    decide = _DECIDE.search(_ALGORITHM_TEXTS[name])
+    read = None if decide is None else _READ.search(decide[0])
+    if decide is None or read is None:
+        raise RuntimeError(f"{name}.lua: no self-contained decide to build one-{name} from")
+    if read[1] == "GET":
+        write = f"kept = {_fmt('s1')}\n  redis.call('SET', key, kept, 'PX', ms)"
+    else:
+        fields = re.findall(r"'(\w+)'", read[2])
+        # (a value that is the client's `now` is written as the client gave it: one float
+        # formatted less)
+        texts = [f"local t{i} = s{i} == now and now_text or {_fmt(f's{i}')}\n  "
+                 for i in range(1, len(fields) + 1)]
+        pairs = ", ".join(f"'{f}', t{i}" for i, f in enumerate(fields, 1))
+        write = (f"{''.join(texts)}redis.call('HSET', key, {pairs})\n"
+                 f"  redis.call('PEXPIRE', key, ms)\n  kept = t1")
+    params = len(decide[2].split(","))
+    prologue = lua_source("one_prologue.lua").replace("NUMBER_OF_PARAMS", str(params))
+    admits = _ADMITS.search(_ALGORITHM_TEXTS[name])
+    epilogue = lua_source("one_epilogue.lua").replace("WRITE_STATE", write).replace(
+        "PARAMS", ", ".join(f"p{i}" for i in range(1, params + 1))).replace(
+        "ADMITTED_REPLY", admits[1] if admits else
+        f"{{1, remaining, '0', {_fmt('reset')}, {_fmt('delay')}}}")
+    return _script(f"one-{name}", prologue, decide[0], epilogue, straight=True)
+
+
+#: One limit: one script per algorithm, the single-limit hot path. With a straight-line form
+#: (its codec's ``fast_script``) it is `_straight`'s, whose arithmetic is `CHECK`'s own text;
+#: else one.lua with that algorithm (also a library function). Both are proven to decide as
+#: ``CHECK`` by tests/integration/test_redis_parity.py, decision by decision.
 ONE: dict[str, Script] = {
-    name: _script(f"one-{name}", algorithm_source(a.redis.fast_script), straight=True)
-    if a.redis.fast_script is not None
+    name: _straight(name) if a.redis.fast_script
     else _script(f"one-{name}", _COMMON, _ALGORITHM_TEXTS[name],
                  lua_source("one.lua"))._replace(fn=_FN[f"one-{name}"])
     for name, a in ALGORITHMS.items()

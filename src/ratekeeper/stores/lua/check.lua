@@ -35,9 +35,9 @@ for i = 1, #KEYS do
   local o = 4 + (i - 1) * 5
   local algo = algorithm(tonumber(ARGV[o + 1]))
   local p1, p2, p3 = tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5])
-  local st, allowed, remaining, retry, reset, delay = algo.decide(
+  local s1, allowed, remaining, retry, reset, delay, _, _, s2, s3 = algo.decide(
     KEYS[i], now, tonumber(ARGV[o + 2]), p1, p2, p3)
-  pending[i] = st
+  pending[i] = {s1, s2, s3}
   algos[i] = algo
   local q = (i - 1) * 3
   params[q + 1], params[q + 2], params[q + 3] = p1, p2, p3

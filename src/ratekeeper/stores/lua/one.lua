@@ -22,9 +22,9 @@ GRACE_MS = tonumber(ARGV[4])
 local algo = algorithm((next(ALGOS)))  -- the one algorithm file this script holds
 local key = KEYS[1]
 local p1, p2, p3 = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local st, allowed, remaining, retry, reset, delay = algo.decide(key, now, tonumber(ARGV[2]),
-  p1, p2, p3)
+local s1, allowed, remaining, retry, reset, delay, _, _, s2, s3 = algo.decide(key, now,
+  tonumber(ARGV[2]), p1, p2, p3)
 if allowed == 1 then
-  algo.write(key, st, now, p1, p2, p3)
+  algo.write(key, {s1, s2, s3}, now, p1, p2, p3)
 end
 return {allowed, remaining, retry and fmt(retry), fmt(reset), fmt(delay)}
