@@ -158,7 +158,6 @@ _GO_REFUSED: dict[str, tuple[str, str]] = {
                                                           "charged here anyway"),
     "TRACING_ENABLED": ("false", "no OpenTelemetry tracing"),
     "USE_DOG_STATSD": ("false", "no DogStatsD"),
-    "GRPC_SERVER_USE_TLS": ("false", "pass --grpc-tls-cert and --grpc-tls-key"),
     "FORCE_START_WITHOUT_INITIAL_CONFIG": ("false", "the service does not start without "
                                                     "valid policies"),
 }
@@ -213,7 +212,26 @@ def go_settings(args: argparse.Namespace, env: Mapping[str, str]) -> GoSettings:
                            env.get("RUNTIME_APPDIRECTORY") or "config")
     if args.store is None and env.get("REDIS_URL"):
         args.store = _go_redis_url(env)
+    _go_tls(args, env)
     return GoSettings(_go_bool(env, "SHADOW_MODE"), _go_bool(env, "MERGE_DOMAIN_CONFIG"))
+
+
+def _go_tls(args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    """--grpc-tls-* from envoyproxy/ratelimit's GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT,
+    GRPC_SERVER_TLS_KEY, GRPC_CLIENT_TLS_CACERT and GRPC_CLIENT_TLS_SAN (read only with
+    GRPC_SERVER_USE_TLS=true, as the Go service) where no flag gave them."""
+    if not _go_bool(env, "GRPC_SERVER_USE_TLS"):
+        return
+    for attr, var in (("grpc_tls_cert", "GRPC_SERVER_TLS_CERT"),
+                      ("grpc_tls_key", "GRPC_SERVER_TLS_KEY"),
+                      ("grpc_tls_client_ca", "GRPC_CLIENT_TLS_CACERT")):
+        if getattr(args, attr) is None and env.get(var):
+            setattr(args, attr, Path(env[var]))
+    if args.grpc_tls_client_san is None and env.get("GRPC_CLIENT_TLS_SAN"):
+        args.grpc_tls_client_san = env["GRPC_CLIENT_TLS_SAN"]
+    if args.grpc_tls_cert is None or args.grpc_tls_key is None:
+        raise ValueError("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and "
+                         "GRPC_SERVER_TLS_KEY (PEM files: the certificate chain and its key)")
 
 
 def _go_redis_url(env: Mapping[str, str]) -> str:
@@ -307,6 +325,9 @@ def add_serve(p: argparse.ArgumentParser) -> None:
                    help="the private key of --grpc-tls-cert")
     p.add_argument("--grpc-tls-client-ca", type=Path, default=None, metavar="PEM",
                    help="mTLS: require client certificates signed by this CA")
+    p.add_argument("--grpc-tls-client-san", default=None, metavar="NAME",
+                   help="mTLS: a client certificate must name NAME among its subject "
+                        "alternative names (env GRPC_CLIENT_TLS_SAN)")
     p.add_argument("--http-unix", type=Path, default=None, metavar="PATH",
                    help="also serve the HTTP API on this unix socket (with --no-http: only "
                         "there)")
@@ -383,7 +404,7 @@ def run_serve(args: argparse.Namespace) -> int:
         access_log=args.access_log, key_prefix=args.key_prefix, max_keys=args.max_keys,
         require_store=args.require_store, store_timeout=args.store_timeout,
         grpc_tls_cert=args.grpc_tls_cert, grpc_tls_key=args.grpc_tls_key,
-        grpc_tls_client_ca=args.grpc_tls_client_ca,
+        grpc_tls_client_ca=args.grpc_tls_client_ca, grpc_tls_client_san=args.grpc_tls_client_san,
         limit_headers=None if header_names is None else LimitHeaders(*header_names),
         http_unix=args.http_unix, grpc_unix=args.grpc_unix, reuse_port=args.reuse_port,
         health_checks_store=health_checks_store, shadow_mode=go.shadow_mode,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -430,12 +431,15 @@ async def start_grpc_server(service: Service, host: str, port: int | None, *,
                             limit_headers: LimitHeaders | None = None,
                             reflect: bool = True, credentials: Any = None,
                             unix: str | None = None,
-                            reuse_port: bool = False) -> tuple[Any, int]:
+                            reuse_port: bool = False,
+                            interceptors: Sequence[Any] = ()) -> tuple[Any, int]:
     """Start a grpc.aio server for `service`; returns ``(server, bound TCP port)`` (0 when
     `port` is None: no TCP listener). `health` (a `_grpc_ops.Health`) adds
     ``grpc.health.v1.Health``; `reflect` adds server reflection; `credentials` (grpc server
-    credentials) makes the TCP listener TLS; `unix` also listens on that socket path."""
-    server = grpc.aio.server(options=[
+    credentials) makes the TCP listener TLS; `unix` also listens on that socket path;
+    `interceptors` (grpc.aio server interceptors) see every call (none by default: a call
+    costs no more than its handler)."""
+    server = grpc.aio.server(interceptors=tuple(interceptors) or None, options=[
         ("grpc.max_receive_message_length", max_message),
         # A port in use is an error, not a silent second listener, but for --workers.
         ("grpc.so_reuseport", 1 if reuse_port else 0),

@@ -45,7 +45,7 @@ from ..stores._urlforms import redact
 from ..stores.memory import MemoryStore
 from ._gostats import GoNamedStats, GoStats, GoStatsEngine, GoStatsOptions, start_prometheus
 from ._grpc import LimitHeaders, grpc_address, start_grpc_server
-from ._grpc_ops import SERVING, Health, TlsConfigError, server_credentials
+from ._grpc_ops import SERVING, ClientSanCheck, Health, TlsConfigError, server_credentials
 from ._http import JSON_CODEC, create_app
 from ._service import DEFAULT_MAX_BODY, Service
 from ._stats import PrometheusStats
@@ -90,6 +90,10 @@ class ServeOptions:
     grpc_tls_cert: Path | None = None
     grpc_tls_key: Path | None = None
     grpc_tls_client_ca: Path | None = None
+    #: With `grpc_tls_client_ca`: a client certificate must name this among its subject
+    #: alternative names (envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN); a call without it is
+    #: refused (UNAUTHENTICATED).
+    grpc_tls_client_san: str | None = None
     #: Unix socket paths to listen on as well as (or, with the port None, instead of) TCP.
     http_unix: Path | None = None
     grpc_unix: Path | None = None
@@ -328,6 +332,12 @@ async def serve(options: ServeOptions, *,
     elif options.grpc_tls_client_ca is not None:
         raise TlsConfigError("--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key "
                              "(client certificates are checked on a TLS listener)")
+    interceptors: list[Any] = []
+    if options.grpc_tls_client_san:
+        if options.grpc_tls_client_ca is None:
+            raise TlsConfigError("--grpc-tls-client-san needs --grpc-tls-client-ca (mTLS: "
+                                 "the SAN is checked on a verified client certificate)")
+        interceptors.append(ClientSanCheck(options.grpc_tls_client_san))
     health = Health(service, options.health_interval)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -392,6 +402,7 @@ async def serve(options: ServeOptions, *,
                 service, options.host, options.grpc_port, max_message=options.max_body,
                 limit_headers=options.limit_headers,
                 health=health, credentials=credentials, reuse_port=options.reuse_port,
+                interceptors=interceptors,
                 unix=None if options.grpc_unix is None else str(options.grpc_unix))
             tasks.append(asyncio.create_task(health.run(stop)))
             listening["grpc_health"] = health.status == SERVING
