@@ -241,6 +241,10 @@ class Decorates:
     def _guard(self, func: F) -> F:
         raise NotImplementedError
 
+    def _endpoint_of(self, func: Callable[..., Any]) -> str:
+        """The name of a decorated function's endpoint when `limit` is given none."""
+        return endpoint_name(func)
+
     def limit(self, limits: LimitSpec, *, key: KeySpec = "client_ip",
               algorithm: str = "fixed-window", burst: float | None = None,
               mode: Mode = "add", cost: Cost | None = None,
@@ -251,7 +255,7 @@ class Decorates:
         check_key(key, self.engine, name or "@limiter.limit")
 
         def decorate(func: F) -> F:
-            endpoint = name or endpoint_name(func)
+            endpoint = name or self._endpoint_of(func)
             spec = Spec(endpoint, make_limits(limits, endpoint=endpoint, algorithm=algorithm,
                                               burst=burst, name=name),
                         key, mode, cost)

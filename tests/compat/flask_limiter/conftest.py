@@ -6,10 +6,11 @@ is the default key, and ``default_limits`` are the policy's limits."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pytest
-from flask import Flask
+from flask import Flask, request
 
 from ratekeeper.http.flask import Limiter, get_remote_address
 from ratekeeper.testing import ManualClock
@@ -24,9 +25,19 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def extension_factory(clock: ManualClock) -> Factory:
-    def build(default_limits: Sequence[str] = ()) -> tuple[Flask, Limiter]:
+    """flask-limiter's ``extension_factory(config={}, **limiter_args)``."""
+    def build(config: Mapping[str, Any] | None = None, *,
+              key_func: Callable[[], str] = get_remote_address,
+              **limiter_args: Any) -> tuple[Flask, Limiter]:
         app = Flask(__name__)
-        return app, Limiter(get_remote_address, app=app, default_limits=default_limits,
-                            storage_uri="memory://", clock=clock)
+        for k, v in (config or {}).items():
+            app.config.setdefault(k, v)
+        return app, Limiter(key_func, app=app, storage_uri="memory://", clock=clock,
+                            **limiter_args)
 
     return build
+
+
+def get_ip_from_header() -> str:
+    """flask-limiter's tests' key function: the ``Test-IP`` header."""
+    return request.headers.get("Test-IP") or "127.0.0.1"
