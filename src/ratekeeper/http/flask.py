@@ -185,6 +185,54 @@ class RateLimitExceeded(TooManyRequests):
         self.decision = decision
 
 
+#: flask-limiter's ``RATELIMIT_*`` config keys (its ``ConfigVars``) and the `Limiter`
+#: argument each stands for (an argument given wins over the key).
+CONFIG = {
+    "RATELIMIT_ENABLED": "enabled", "RATELIMIT_KEY_FUNC": "key_func",
+    "RATELIMIT_DEFAULT": "default_limits", "RATELIMIT_APPLICATION": "application_limits",
+    "RATELIMIT_STRATEGY": "strategy", "RATELIMIT_STORAGE_URI": "storage_uri",
+    "RATELIMIT_HEADERS_ENABLED": "headers_enabled", "RATELIMIT_KEY_PREFIX": "key_prefix",
+    "RATELIMIT_DEFAULTS_PER_METHOD": "default_limits_per_method",
+    "RATELIMIT_DEFAULTS_EXEMPT_WHEN": "default_limits_exempt_when",
+    "RATELIMIT_ON_BREACH_CALLBACK": "on_breach", "RATELIMIT_META": "meta_limits",
+}
+#: The other keys of flask-limiter's ``ConfigVars``: refused, with what to do instead.
+REFUSED_CONFIG = {
+    "RATELIMIT_FAIL_ON_FIRST_BREACH": "all limits of a request are one decision",
+    "RATELIMIT_SWALLOW_ERRORS": "failure='open' (the default) admits while the store is down",
+    "RATELIMIT_IN_MEMORY_FALLBACK": "failure='local'",
+    "RATELIMIT_IN_MEMORY_FALLBACK_ENABLED": "failure='local'",
+    "RATELIMIT_STORAGE_OPTIONS": "store=RedisStore.from_url(url, ...)",
+    "RATELIMIT_REQUEST_IDENTIFIER": "request.endpoint names the view's limits",
+    "RATELIMIT_HEADER_LIMIT": "the IETF RateLimit fields, or legacy_headers=True",
+    "RATELIMIT_HEADER_REMAINING": "the IETF RateLimit fields, or legacy_headers=True",
+    "RATELIMIT_HEADER_RESET": "the IETF RateLimit fields, or legacy_headers=True",
+    "RATELIMIT_HEADER_RETRY_AFTER": "Retry-After is always sent on a 429",
+    "RATELIMIT_HEADER_RETRY_AFTER_VALUE": "Retry-After is seconds",
+    "RATELIMIT_APPLICATION_PER_METHOD": "@limiter.limit(..., per_method=True) on the views",
+    "RATELIMIT_APPLICATION_EXEMPT_WHEN": "HTTPPolicy(exempt_keys=..., exempt_networks=...)",
+    "RATELIMIT_APPLICATION_DEDUCT_WHEN": "@limiter.limit(..., deduct_when=...) on the views",
+    "RATELIMIT_APPLICATION_COST": "HTTPPolicy(cost=...)",
+    "RATELIMIT_DEFAULTS_DEDUCT_WHEN": "@limiter.limit(..., deduct_when=...) on the views",
+    "RATELIMIT_DEFAULTS_COST": "HTTPPolicy(cost=...)",
+    "RATELIMIT_ON_META_BREACH_CALLBACK": "@app.errorhandler(429)",
+}
+
+
+def _config(app: Flask) -> dict[str, Any]:
+    """The `Limiter` arguments `app`'s flask-limiter ``RATELIMIT_*`` config keys give
+    (a string of rates is a list of one); a key ratekeeper cannot honour is refused."""
+    for key, instead in REFUSED_CONFIG.items():
+        if key in app.config:
+            raise ValueError(f"app.config[{key!r}] = {app.config[key]!r} has no ratekeeper "
+                             f"equivalent; instead: {instead} (docs/migration.md)")
+    out = {CONFIG[k]: v for k, v in app.config.items() if k in CONFIG}
+    for option in ("default_limits", "application_limits", "meta_limits"):
+        if isinstance(out.get(option), str):
+            out[option] = [out[option]]
+    return out
+
+
 def _is_static(endpoint: str) -> bool:
     """Whether `endpoint` serves the app's or a blueprint's static files (not limited, as
     by flask-limiter: an endpoint ``static`` or ``<blueprint>.static``)."""
@@ -295,6 +343,24 @@ class Limiter(Decorates, _Adapter[Store, Sleep]):
                 raise TypeError("Limiter's first argument is a Flask app or flask-limiter's "
                                 f"key function, got {app_or_key_func!r}")
             key_func = app_or_key_func
+        # flask-limiter's RATELIMIT_* config keys of the app, under the arguments given
+        config = _config(app) if app is not None else {}
+        key_func = key_func or config.get("key_func")
+        default_limits = default_limits or config.get("default_limits", ())
+        application_limits = application_limits or config.get("application_limits", ())
+        storage_uri = storage_uri or config.get("storage_uri")
+        if strategy == "fixed-window":
+            strategy = config.get("strategy", strategy)
+        enabled = enabled and bool(config.get("enabled", True))
+        headers_enabled = headers_enabled and bool(config.get("headers_enabled", True))
+        key_prefix = key_prefix or config.get("key_prefix", "")
+        default_limits_per_method = default_limits_per_method or \
+            bool(config.get("default_limits_per_method"))
+        default_limits_exempt_when = default_limits_exempt_when or \
+            config.get("default_limits_exempt_when")
+        on_breach = on_breach or config.get("on_breach")
+        meta_limits = meta_limits or config.get("meta_limits")
+        self._configured = app
         unsupported = {
             "key_prefix": (key_prefix, "give the store its prefix: storage_uri with "
                            "RedisStore.from_url(url, prefix=...) as store="),
@@ -350,7 +416,15 @@ class Limiter(Decorates, _Adapter[Store, Sleep]):
 
     def init_app(self, app: Flask) -> None:
         """Decide every request of `app` (``before_request``) and add the RateLimit fields
-        to its admitted responses (``after_request``)."""
+        to its admitted responses (``after_request``). flask-limiter's ``RATELIMIT_*``
+        config keys are read when the `Limiter` is made with the app (``app=app``)."""
+        if app is not self._configured:
+            given = sorted(k for k in app.config if k in CONFIG or k in REFUSED_CONFIG)
+            if given:
+                raise ValueError(
+                    f"init_app: the app's config has flask-limiter's {', '.join(given)}, "
+                    "which ratekeeper reads when the Limiter is made with the app: make it "
+                    "Limiter(key_func, app=app), or give them as Limiter arguments")
         app.before_request(self._before)
         app.after_request(self._after)
         app.extensions["ratekeeper"] = self
