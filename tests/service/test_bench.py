@@ -123,13 +123,20 @@ def test_service_bench_holds_the_redis_scenarios_to_a_floor_with_a_redis_round_t
     for name, r in got.items():
         assert r["decisions"] == 300 and r["errors"] == 0, (name, r["error_samples"])
     for kind in ("http", "grpc"):
-        # redis-py's command API, and the store's own connections (`x own floor`)
-        for floor_name, field in (("floor", "x_floor"), ("own-floor", "x_own_floor")):
-            floor = got[f"{kind}-redis-{floor_name}"]["service_cpu_us_per_decision"]
-            if floor > 0:  # measurable (see above): every Redis scenario has its ratio
-                for name in (f"{kind}-redis", f"{kind}-redis-2w"):
-                    r = got[name]
-                    assert r[field] == r["service_cpu_us_per_decision"] / floor, name
+        # `x floor`: over the cheaper of redis-py's command API and the store's own
+        # connections; `x own floor`: over the store's own connections
+        cost = {f: got[f"{kind}-redis-{f}"]["service_cpu_us_per_decision"]
+                for f in ("floor", "own-floor")}
+        measured = {f: c for f, c in cost.items() if c > 0}  # (see above)
+        for name in (f"{kind}-redis", f"{kind}-redis-2w"):
+            r = got[name]
+            if measured:
+                fastest = min(measured, key=measured.__getitem__)
+                assert r["floor"] == f"{kind}-redis-{fastest}", name
+                assert r["x_floor"] == r["service_cpu_us_per_decision"] / measured[fastest]
+            if cost["own-floor"] > 0:
+                assert r["x_own_floor"] == (r["service_cpu_us_per_decision"]
+                                            / cost["own-floor"]), name
 
 
 @pytest.mark.slow
