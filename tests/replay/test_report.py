@@ -38,7 +38,8 @@ from ratekeeper.replay._compare import client_resolver
 from ratekeeper.replay._recommend import per_client_policies, required_burst
 from ratekeeper.replay._report import COLORS, LIMIT_COLUMNS, TABLE_ROWS, burst_bins, time_ticks
 from tests.replay.make_sample import REPLAY_FORMAT
-from tests.replay.test_recommend import traffic
+from tests.replay.test_named_clients import BURST_2, LINES
+from tests.replay.test_recommend import scanner_heavy, traffic
 from tests.replay.test_replay import POLICIES
 
 if sys.version_info >= (3, 11):
@@ -479,3 +480,56 @@ def test_counts_spanning_decades_are_on_a_log_axis_and_a_capped_key_shows(
             svg.iter(f"{SVG}rect") if r.get("data-keys") not in (None, "0")}
     assert set(bars) == {99, 1}  # 99 keys need 10, the heavy one 5,401
     assert bars[1] > 0.05 * bars[99]  # the capped key plainly visible (linear: 1 %)
+
+
+def test_the_report_shows_the_clamped_lines_and_why_the_figures_are_not_exact(
+        comparison: Comparison) -> None:
+    log = {"lines": 1200, "malformed": {}, "clamped_lines": 37, "grown_order_window": 30.0}
+    root = _xml(report_html(comparison, log=log))
+    (warn,) = [e for e in root.iter("p") if e.get("id") == "clamped"]
+    assert warn.get("data-lines") == "37"
+    text = "".join(warn.itertext())
+    assert "37 lines" in text and "not exact" in text and "grew to 30 s" in text
+    clean = _xml(report_html(comparison, log={**log, "clamped_lines": 0}))
+    assert not [e for e in clean.iter("p") if e.get("id") == "clamped"]
+
+
+def test_the_report_lists_the_abusive_keys_left_out_of_the_proposal() -> None:
+    evs = scanner_heavy()
+    r = recommend(lambda: evs, target=1.0, replay=False)
+    (lim,) = r.limits
+    root = _xml(report_html(None, r))
+    (table,) = [e for e in root.iter("table") if e.get("id") == "abusive-0"]
+    rows = [[("".join(td.itertext())) for td in tr.iter("td")] for tr in table.iter("tr")][1:]
+    assert sorted(row[0] for row in rows) == sorted(k for k, *_ in lim.abusive)
+    assert len(rows) == 3 and all(row[1] == "200" and row[2] == "100.0 %" for row in rows)
+
+
+def test_the_report_says_how_many_clients_are_not_addresses(tmp_path: Path) -> None:
+    log = tmp_path / "hosts.log"
+    log.write_text("\n".join(LINES) + "\n")
+    pol = tmp_path / "p.toml"
+    pol.write_text(BURST_2)
+    html = tmp_path / "r.html"
+    r = subprocess.run([*CLI, "replay", "--policies", str(pol), "--log", str(log),
+                        "--html", str(html)], capture_output=True, text=True, timeout=60,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    (p,) = [e for e in _xml(html.read_text()).iter("p") if e.get("id") == "named-clients"]
+    assert (p.get("data-clients"), p.get("data-lines")) == ("5", "10")
+
+
+def test_a_comparison_rate_whose_curve_is_the_recommended_ones_is_drawn_over_it() -> None:
+    """Scanner-heavy traffic: every site client sends its burst at once, so at twice the
+    rate each needs the same burst and the 2/s curve is the 1/s one; it is drawn after it,
+    as wide, in a colour far from the blue, so its dots show on it."""
+    evs = scanner_heavy()
+    r = recommend(lambda: evs, target=0.99, replay=False)
+    (svg,) = _svgs(_xml(report_html(recommendation=r)), "tradeoff")
+    lines = {pl.get("data-rate"): pl for pl in svg.iter(f"{SVG}polyline")}
+    assert lines["2"].get("points") == lines["1"].get("points")  # the two coincide
+    order = [pl.get("data-rate") for pl in svg.iter(f"{SVG}polyline")]
+    assert order.index("1") < order.index("2")
+    assert float(lines["2"].get("stroke-width", "")) >= float(lines["1"].get(
+        "stroke-width", ""))
+    assert lines["2"].get("stroke") not in (lines["1"].get("stroke"), "#9467bd")

@@ -72,8 +72,11 @@ KINDS = ("offered", "admitted", "delayed", "rejected")
 #: One colour per candidate on the chart over time, and per rate on the trade-off chart.
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#bcbd22")
-#: Dashes for the other rates of the trade-off chart (the recommended one is solid).
+#: Dashes for the other rates of the trade-off chart (the recommended one is solid), and
+#: their colours: none close to the recommended blue, so a dashed curve drawn over it where
+#: the two coincide (a client whose need does not change with the rate) still shows.
 DASHES = ("8 4", "2 3", "12 3 2 3", "4 2")
+RATE_COLORS = ("#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 WIDTH, HEIGHT = 1040, 420
 LEFT, RIGHT, TOP, BOTTOM = 70, 24, 60, 50
 
@@ -400,14 +403,15 @@ def bursts_svg(lim: LimitRecommendation) -> str:
 
 
 def _rate_styles(lim: LimitRecommendation) -> list[tuple[float, str, str]]:
-    """(rate, colour, dash) per rate of the curve: the recommended one solid blue, each
-    other in a colour and dash of its own."""
-    out, k = [], 0
+    """(rate, colour, dash) per rate of the curve, in drawing order: the recommended one
+    first, solid blue, then each other over it in a colour and dash of its own."""
+    out: list[tuple[float, str, str]] = []
+    k = 0
     for r in sorted({p.rate for p in lim.curve}):
         if r == lim.rate:
-            out.append((r, COLORS["bar"], ""))
+            out.insert(0, (r, COLORS["bar"], ""))
         else:
-            out.append((r, PALETTE[(k + 2) % len(PALETTE)], DASHES[k % len(DASHES)]))
+            out.append((r, RATE_COLORS[k % len(RATE_COLORS)], DASHES[k % len(DASHES)]))
             k += 1
     return out
 
@@ -433,7 +437,7 @@ def tradeoff_svg(lim: LimitRecommendation) -> str:
         d = f' stroke-dasharray="{dash}"' if dash else ""
         svg.add(f'<polyline data-rate="{r:g}" data-bursts="{_a(bursts)}" '
                 f'points="{_points([xa(p.burst) for p in pts], [ya(p.share) for p in pts])}" '
-                f'fill="none" stroke="{color}" stroke-width="{3 if chosen else 2}" '
+                f'fill="none" stroke="{color}" stroke-width="3" '
                 f'stroke-linejoin="round"{d}/>')
     share = lim.keys_affected / lim.keys if lim.keys else 0.0
     cx, cy = xa(lim.burst), ya(share)
@@ -593,8 +597,7 @@ def _png_tradeoff(ax: Any, lim: LimitRecommendation) -> None:
     for r, color, dash in _rate_styles(lim):
         pts = _at_rate(lim, r)
         chosen = r == lim.rate
-        ax.plot([p.burst for p in pts], [p.share for p in pts], color=color,
-                linewidth=3 if chosen else 2,
+        ax.plot([p.burst for p in pts], [p.share for p in pts], color=color, linewidth=3,
                 linestyle=(0, tuple(float(v) for v in dash.split())) if dash else "-",
                 label=f"{r:g}/s" + (" (recommended)" if chosen else ""))
     share = lim.keys_affected / lim.keys if lim.keys else 0.0
@@ -623,6 +626,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; }
 figure { margin: 0; border: 1px solid #e3e3e3; }
 ul.top { margin: 4px 0; color: #444; }
+p.warn { background: #fff4e0; border-left: 4px solid #e08a00; padding: 6px 10px; }
 """
 
 #: The comparison table's rows: (label, field of PolicyResult.to_json(), format).
@@ -695,6 +699,10 @@ def _comparison_html(c: Comparison) -> list[str]:
             else f", {_utc(c.first_t)} to {_utc(c.last_t)}")
     out.append(f'<p class="meta">{c.events:,} requests{_t(span)}; a page load is one '
                f"client's requests at most {c.gap:g} s apart.</p>")
+    if c.named_clients:
+        out.append(f'<p class="meta" id="named-clients" data-clients="{c.named_clients}" '
+                   f'data-lines="{c.named_lines}">{_t(c.named_note())} '
+                   f"({c.named_lines:,} lines).</p>")
     out.append('<table id="comparison"><thead><tr><th></th>')
     out += [f'<th data-policy="{i}">{_t(p.name)}</th>' for i, p in enumerate(c.policies)]
     out.append("</tr></thead><tbody>")
@@ -729,6 +737,21 @@ def _recommendation_html(r: Recommendation) -> list[str]:
         out += [_cell(js[fld], fmt, limit=i, field=fld) for _, fld, fmt in LIMIT_COLUMNS]
         out.append("</tr>")
     out.append("</tbody></table>")
+    for i, lim in enumerate(r.limits):
+        if lim.abusive:
+            out.append(f"<h2>{_t(lim.name)}: abusive keys, left out</h2>")
+            rule = ("every key counts" if r.abusive_share is None else
+                    f"at least {r.abusive_min} requests, {r.abusive_share:.0%} or more "
+                    "answered 4xx other than 429")
+            out.append(f'<p class="meta">{len(lim.abusive):,} keys ({_t(rule)}) are shown '
+                       "here and do not drive the proposal.</p>")
+            out.append(f'<table id="abusive-{i}"><thead><tr><th>key</th><th>requests</th>'
+                       "<th>answered 4xx</th><th>burst it would need</th></tr></thead><tbody>")
+            for key, burst, n, share in lim.abusive:
+                need = max(1, math.ceil(burst - 1e-6))  # whole requests, as a burst is
+                out.append(f"<tr><td>{_t(key)}</td>{_cell(n, 'int')}{_cell(share, 'share')}"
+                           f"{_cell(need, 'int')}</tr>")
+            out.append("</tbody></table>")
     for lim in r.limits:
         out.append(f"<h2>{_t(lim.name)}: burst sizes and the trade-off</h2>")
         out.append(f'<div class="charts"><figure>{bursts_svg(lim)}</figure>'
@@ -754,6 +777,15 @@ def report_html(comparison: Comparison | None = None,
     if log is not None and "lines" in log:
         bad = sum(log.get("malformed", {}).values())
         body.append(f'<p class="meta">{log["lines"]:,} log lines, {bad:,} malformed.</p>')
+        clamped = log.get("clamped_lines") or 0
+        if clamped:
+            grown = log.get("grown_order_window")
+            how = "" if grown is None else f" (the window grew to {grown:g} s, too late for them)"
+            body.append(f'<p class="warn" id="clamped" data-lines="{clamped}">{clamped:,} lines '
+                        f"were further out of time order than the order window{_t(how)} and "
+                        "were decided at the time of the line before them: the figures below "
+                        "are not exact. Raise --order-window (or leave it unset for a file: "
+                        "it is then measured).</p>")
     if recommendation is not None:
         body += _recommendation_html(recommendation)
     if shown is not None:
