@@ -23,6 +23,13 @@ script per decision, one round trip".
    you set one; (b) ``SCRIPT FLUSH``, then a call: NOSCRIPT handled, or raised?
    (c) kill -9 the server and start it again on the same port: does the next call work?
 
+``--script-instructions N`` measures instead what each of ratekeeper's single-limit scripts
+costs the server, by counts rather than time: ``redis-server`` runs under callgrind
+(valgrind), and for every algorithm, admitted and rejected (on a stored state), on the
+server's clock and a client's, N ``Limiter.hit`` calls on 1,000 keys are counted: the
+server's instructions per call. ``--src DIR`` picks the ratekeeper tree to measure (another
+checkout's ``src``), so two trees can be compared on the same machine.
+
 Run ``python bench/bench_redis.py --help`` for the options; ``bench/README.md`` ("Redis")
 says how to read the output.
 """
@@ -111,13 +118,15 @@ class RedisServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopped = False  # SIGSTOPped by us
         self.version = "?"
+        self.wrapper: list[str] = []  # a command the server runs under (valgrind ...)
+        self.start_timeout = 10.0
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+        cmd = [*self.wrapper, self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                "--save", "", "--appendonly", "no", "--dir", self.dir,
                "--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning"]
         log = open(os.path.join(self.dir, "server.log"), "ab")  # noqa: SIM115
@@ -126,7 +135,7 @@ class RedisServer:
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
             log.close()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + self.start_timeout
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.binary} exited with {self.proc.returncode}; "
@@ -1349,7 +1358,110 @@ faults: ok = a real decision; degraded = ratekeeper's failure policy answered (f
 # =========================================================================== main
 
 
+#: (algorithm, limit arguments, outcome) of `script_instructions`: every key is stored once
+#: first, so a limit of one per minute then rejects on a stored state.
+SCRIPT_CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("gcra", {"rate": "1000/s", "burst": 1000}, "admit"),
+    ("gcra", {"rate": "1/minute"}, "reject"),
+    ("token-bucket", {"rate": "1000/s", "burst": 1000}, "admit"),
+    ("token-bucket", {"rate": "1/minute"}, "reject"),
+    ("fixed-window", {"rate": "1000000/minute"}, "admit"),
+    ("fixed-window", {"rate": "1/minute"}, "reject"),
+    ("leaky-bucket", {"rate": "1000r/s", "burst": 1000}, "admit"),
+    ("leaky-bucket", {"rate": "1r/m"}, "reject"),
+    ("sliding-window-counter", {"rate": "1000000/minute"}, "admit"),
+    ("sliding-window-counter", {"rate": "1/minute"}, "reject"),
+    ("sliding-window-log", {"rate": "1000000/minute"}, "admit"),
+    ("sliding-window-log", {"rate": "1/minute"}, "reject"),
+]
+
+
+def _callgrind_total(path: Path) -> int | None:
+    """A callgrind dump's instruction total (None while it is still being written)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    return None
+
+
+def script_instructions(binary: str, calls: int) -> list[dict[str, Any]]:
+    """The server's instructions per single-limit decision (see the module docstring)."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--script-instructions needs valgrind (apt install valgrind)")
+    import redis  # noqa: PLC0415
+
+    rk, rkr = _import_ratekeeper_redis()
+    from ratekeeper.testing import ManualClock  # noqa: PLC0415
+
+    out_dir = Path(tempfile.mkdtemp(prefix="rk-bench-callgrind-"))
+    server = RedisServer(binary)
+    # (counting off until `count` turns it on; a server under callgrind starts slowly)
+    server.wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                      f"--callgrind-out-file={out_dir}/cg-%p.out"]
+    server.start_timeout = 120.0
+
+    def count(pid: int, work: Callable[[], None]) -> int:
+        subprocess.run(["callgrind_control", "-z", str(pid)], capture_output=True, check=True)
+        subprocess.run(["callgrind_control", "-i", "on", str(pid)], capture_output=True,
+                       check=True)
+        try:
+            work()
+        finally:
+            subprocess.run(["callgrind_control", "-i", "off", str(pid)], capture_output=True,
+                           check=True)
+        before = set(out_dir.glob(f"cg-{pid}.out*"))
+        subprocess.run(["callgrind_control", "-d", str(pid)], capture_output=True, check=True)
+        deadline = time.monotonic() + 60
+        while True:  # the dump is written by the server itself, when it next runs
+            totals = [_callgrind_total(f) for f in set(out_dir.glob(f"cg-{pid}.out*")) - before]
+            if totals and None not in totals:
+                return sum(t for t in totals if t is not None)
+            if time.monotonic() > deadline:
+                raise SystemExit(f"callgrind wrote no counts for {pid} within 60 s")
+            time.sleep(0.1)
+
+    rows: list[dict[str, Any]] = []
+    try:
+        server.start()
+        assert server.proc is not None
+        client = redis.Redis.from_url(server.url)
+        keys = [f"u{i}" for i in range(1000)]
+        for client_clock in (False, True):
+            for algorithm, kw, outcome in SCRIPT_CASES:
+                client.flushall()
+                clock = ManualClock(1_764_590_400.0)
+                limiter = rk.Limiter(rk.Limit(algorithm, **kw),
+                                     rkr.RedisStore(client, client_clock=client_clock),
+                                     **({"clock": clock} if client_clock else {}))
+                for key in keys:
+                    limiter.hit(key)
+
+                def work(limiter: Any = limiter, clock: Any = clock,
+                         client_clock: bool = client_clock) -> None:
+                    for i in range(calls):
+                        if client_clock:
+                            clock.advance(0.0001)
+                        limiter.hit(keys[i % len(keys)])
+
+                n = count(server.proc.pid, work)
+                rows.append({"clock": "client" if client_clock else "server",
+                             "algorithm": algorithm, "outcome": outcome,
+                             "instructions_per_call": n / calls})
+                print(f"  {rows[-1]['clock']:6} {algorithm:22} {outcome:6} "
+                      f"{n / calls:9,.0f} instructions/call", file=sys.stderr, flush=True)
+        client.close()
+    finally:
+        server.close()
+        shutil.rmtree(out_dir, ignore_errors=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
+    global SRC  # noqa: PLW0603 - --src: read by _import_ratekeeper_redis
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small run, under a minute")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 7; quick 3)")
@@ -1364,10 +1476,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-faults", action="store_true")
     p.add_argument("--server", help="redis-server (or valkey-server) binary")
     p.add_argument("--list", action="store_true", help="list contender names and exit")
+    p.add_argument("--script-instructions", type=int, metavar="N",
+                   help="only count the server's instructions per single-limit decision "
+                        "(callgrind; N calls per algorithm and outcome)")
+    p.add_argument("--src", type=Path, default=SRC,
+                   help="the ratekeeper source tree to measure (default: this checkout's)")
     args = p.parse_args(argv)
 
     if args.list:
         print("\n".join(c.name for c in CONTENDERS))
+        return 0
+    SRC = args.src
+    if args.script_instructions:
+        rows = script_instructions(_find_server(args.server), args.script_instructions)
+        print(_table(["clock", "algorithm", "outcome", "server instructions/call"],
+                     [[r["clock"], r["algorithm"], r["outcome"],
+                       f"{r['instructions_per_call']:,.0f}"] for r in rows], {3}))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"script_instructions": rows}, indent=2) + "\n")
         return 0
     rounds = args.rounds or (3 if args.quick else 7)
     batch_s = args.batch_s or (0.05 if args.quick else 0.25)
