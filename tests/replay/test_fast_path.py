@@ -149,7 +149,9 @@ def outcome(r: Replayed) -> tuple[object, ...]:
     if d is None:
         return (r.event.line, None)
     c = d.check
-    return (r.event.line, d.verdict, d.decision, d.limits, d.failure, d.result, c.domain,
+    # A result's ticket names the replay's own store (each way has one): compared without it.
+    result = None if d.result is None else d.result._replace(ticket=None)
+    return (r.event.line, d.verdict, d.decision, d.limits, d.failure, result, c.domain,
             c.descriptors, c.cost, c.dry_run, c.max_delay, c.route,
             (c.request.method, c.request.path, c.request.peer, dict(c.request.headers),
              c.request.client_ip))
