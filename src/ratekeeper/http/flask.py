@@ -147,13 +147,16 @@ def _flask_limiter_policy(key_func: Callable[[], str] | None, default_limits: Se
 def _flask_key(key_func: Callable[[], str] | None) -> KeyFunc:
     """flask-limiter's key function (of nothing; it reads ``flask.request``) as a key
     function of the `RequestInfo`; None or `get_remote_address`: None, the policy's
-    `ClientIP` (trusted proxies, IPv6 prefixes) counting the client's address."""
+    `ClientIP` (trusted proxies, IPv6 prefixes) counting the client's address. A key
+    function answering None or "" counts the client's address too: flask-limiter skips the
+    limit then, which leaves every request without a key unlimited."""
     if key_func is None or key_func is get_remote_address:
         return _client_ip
     func = key_func
 
-    def key(_: RequestInfo) -> str:
-        return str(func())
+    def key(_: RequestInfo) -> str | None:
+        got = func()
+        return None if got is None or got == "" else str(got)
 
     key.__qualname__ = f"flask_key({getattr(func, '__qualname__', 'key_func')})"
     return key
